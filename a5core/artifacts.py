@@ -1,0 +1,143 @@
+"""Artifacts: Parquet and JSON written atomically (temp file + rename) with provenance, and checked readers.
+
+Provenance = code revision (git commit, `+dirty` when the tree has changes), the stage name, its resolved
+params, and SHA-256 hashes of its inputs and of the model. It is stored in the Parquet schema metadata
+under `a5.provenance`, and next to folders (checkpoints) as `provenance.json`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PROVENANCE_KEY = b"a5.provenance"
+
+
+def code_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def hash_path(path: str | Path) -> str:
+    """SHA-256 of a file, or of a folder's files (names and contents, sorted)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    return str(obj)
+
+
+def provenance(stage: str, params: Any, inputs: dict[str, str | Path] | None = None) -> dict[str, Any]:
+    """The provenance record of one stage's outputs."""
+    return {
+        "stage": stage,
+        "code_revision": code_revision(),
+        "params": json.loads(json.dumps(params, default=_jsonable)),
+        "inputs": {name: hash_path(p) for name, p in (inputs or {}).items() if Path(p).exists()},
+        "created_unix": int(time.time()),
+    }
+
+
+def _atomic_target(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def write_parquet(table: pa.Table | list[dict], path: str | Path, prov: dict | None = None, schema: pa.Schema | None = None) -> Path:
+    """Write rows or a table atomically; provenance goes into the schema metadata."""
+    path = Path(path)
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pylist(list(table), schema=schema)
+    meta = dict(table.schema.metadata or {})
+    if prov is not None:
+        meta[PROVENANCE_KEY] = json.dumps(prov).encode()
+    table = table.replace_schema_metadata(meta)
+    tmp = _atomic_target(path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_parquet(path: str | Path, required: list[str] | pa.Schema | None = None) -> pa.Table:
+    """Read a Parquet file and check that it has the required columns (and types, for a schema)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (did the stage that writes it run?)")
+    table = pq.read_table(path)
+    if isinstance(required, pa.Schema):
+        for fld in required:
+            if fld.name not in table.schema.names:
+                raise ValueError(f"{path}: missing column {fld.name!r}; has {table.schema.names}")
+            if not table.schema.field(fld.name).type.equals(fld.type) and table.num_rows:
+                raise ValueError(f"{path}: column {fld.name!r} is {table.schema.field(fld.name).type}, expected {fld.type}")
+    elif required:
+        missing = [c for c in required if c not in table.schema.names]
+        if missing:
+            raise ValueError(f"{path}: missing columns {missing}; has {table.schema.names}")
+    return table
+
+
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """Provenance of a Parquet file or a folder; raises if absent."""
+    path = Path(path)
+    if path.is_dir():
+        f = path / "provenance.json"
+        if not f.exists():
+            raise ValueError(f"{path}: no provenance.json")
+        return json.loads(f.read_text())
+    meta = pq.read_schema(path).metadata or {}
+    if PROVENANCE_KEY not in meta:
+        raise ValueError(f"{path}: no a5 provenance in the Parquet metadata")
+    return json.loads(meta[PROVENANCE_KEY])
+
+
+def write_json(obj: Any, path: str | Path) -> Path:
+    path = Path(path)
+    tmp = _atomic_target(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text(text: str, path: str | Path) -> Path:
+    path = Path(path)
+    tmp = _atomic_target(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

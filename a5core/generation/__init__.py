@@ -1,0 +1,18 @@
+"""Generation backends behind one interface: `make_backend(cfg, model_dir, policy, tokenizer)`."""
+from __future__ import annotations
+
+from a5core.config import GenerationConfig
+from a5core.generation.base import Backend, Completion, truncate_at_stop
+from a5core.generation.hf import HFBackend
+
+
+def make_backend(cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0) -> Backend:
+    """hf: generate with the policy object itself; vllm: an engine loaded from `model_dir`."""
+    if cfg.backend == "hf":
+        return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, dtype=cfg.dtype)
+    from a5core.generation.vllm import VLLMBackend
+
+    return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer)
+
+
+__all__ = ["Backend", "Completion", "HFBackend", "make_backend", "truncate_at_stop"]

@@ -1,0 +1,101 @@
+"""The `plots` stage: PNG figures of every method's curves and `reports/summary.md` (one accuracy table)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_csv(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _num(v: str):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def _lines(ax, series: dict[str, list[dict]], x: str, y: str, title: str) -> None:
+    for name, rows in series.items():
+        pts = [(r[x], r[y]) for r in rows if isinstance(r.get(y), float) and isinstance(r.get(x), float)]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _save(fig, out: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return name
+
+
+def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
+    """Draw every figure into `out`; returns summary rows (method, run, accuracy, figure)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple[str, str, float, str]] = []
+    base = json.loads((results / "baseline" / "metrics.json").read_text())
+    fig, ax = plt.subplots(figsize=(5, 3))
+    cats = ["format1_answer1", "format1_answer0", "format0_answer0"]
+    ax.bar(cats, [base[c] for c in cats])
+    ax.set_title("zero-shot baseline categories")
+    rows.append(("zero-shot", "baseline", base["accuracy"], _save(fig, out, "baseline_categories.png")))
+
+    sft = {d.name: d for d in sorted((results / "sft").glob("*")) if (d / "metrics.json").exists()}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    _lines(axes[0], {k: read_csv(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
+    finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
+    axes[1].bar(list(finals), [m["accuracy"] for m in finals.values()])
+    axes[1].set_title("final SFT accuracy by dataset (size / filtered)")
+    name = _save(fig, out, "sft.png")
+    rows += [("SFT", k, m["accuracy"], name) for k, m in finals.items()]
+
+    ei = sorted((results / "ei").glob("round_*/metrics.json"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if ei:
+        ms = [json.loads(p.read_text()) for p in ei]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        axes[0].plot([m["round"] for m in ms], [m["accuracy"] for m in ms], marker="o")
+        axes[0].set_title("EI validation accuracy per round")
+        axes[1].plot([m["round"] for m in ms], [m["mean_token_entropy"] for m in ms], marker="o")
+        axes[1].set_title("EI response entropy per round")
+        name = _save(fig, out, "ei.png")
+        rows += [("EI", f"round {m['round']}", m["accuracy"], name) for m in ms]
+
+    grpo = {d.name: d for d in sorted((results / "grpo").glob("*")) if (d / "metrics.json").exists()}
+    if grpo:
+        evals = {k: read_csv(d / "logs" / "eval.csv") for k, d in grpo.items()}
+        train = {k: read_csv(d / "logs" / "train.csv") for k, d in grpo.items()}
+        fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+        _lines(axes[0][0], evals, "step", "accuracy", "GRPO validation accuracy vs step")
+        _lines(axes[0][1], evals, "wall_s", "accuracy", "GRPO validation accuracy vs wall-clock")
+        _lines(axes[0][2], train, "step", "token_entropy", "token entropy")
+        _lines(axes[1][0], train, "step", "response_length", "response length")
+        _lines(axes[1][1], train, "step", "grad_norm", "gradient norm")
+        _lines(axes[1][2], train, "step", "clip_fraction", "clip fraction")
+        name = _save(fig, out, "grpo.png")
+        for k, d in grpo.items():
+            m = json.loads((d / "metrics.json").read_text())
+            rows.append(("GRPO", k, m["accuracy"], name))
+    return rows
+
+
+def summary_markdown(rows: list[tuple[str, str, float, str]], figures_rel: str) -> str:
+    lines = ["# Summary", "", "Validation accuracy of every method and run (written by the `plots` stage).", "",
+             "| method | run | accuracy | figure |", "|---|---|---|---|"]
+    lines += [f"| {m} | {r} | {a:.3f} | [{f}]({figures_rel}/{f}) |" for m, r, a, f in rows]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,11 @@
+"""Stage fetch_model: resolve model.source into a local model folder."""
+from a5core import stage
+from a5core.artifacts import provenance, write_json
+from a5core.config import ModelConfig, load_section
+from a5core.model_io import fetch_model
+
+a = stage.args("out")
+cfg = load_section(ModelConfig, "model", a.params)
+record = fetch_model(cfg, a.out)
+write_json({**provenance("fetch_model", cfg), "resolved": record}, f"{a.out}/provenance.json")
+print(f"model ready in {a.out}: {record}")
