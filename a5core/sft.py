@@ -88,6 +88,8 @@ def sft_step(policy, batch: list[tuple[list[int], list[int]]], cfg: SFTConfig, p
 def train_sft(policy, tokenizer, rows: list[dict], cfg: SFTConfig, evaluate_fn: Callable[[object, int], dict],
               ckpt: Checkpointer | None = None, log: Callable[[str, dict], None] = lambda kind, row: None) -> dict:
     """Train `policy` in place on rows {prompt, response}; returns the final eval metrics."""
+    if not rows:
+        raise ValueError("no SFT examples to train on (is the filtered data empty?)")
     device = next(policy.parameters()).device
     examples = encode_examples(tokenizer, rows)
     order = [i for e in range(cfg.epochs) for i in random.Random(cfg.seed + e).sample(range(len(examples)), len(examples))]

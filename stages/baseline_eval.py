@@ -8,17 +8,23 @@ from a5core.grader import GraderPool
 from a5core.model_io import load_policy
 from a5core.reports import eval_case_report
 
-a = stage.args("model", "validation", "generations", "metrics", "report")
-cfg = load_section(EvalConfig, "eval", a.params)
-gen = load_section(GenerationConfig, "generation", a.params)
-device = stage.setup_torch(cfg.seed)
-rows = stage.rows(a.validation, ["unique_id", "problem", "answer"], cfg.n_examples)
-policy, tokenizer = load_policy(a.model, device)
-backend = make_backend(gen, a.model, policy, tokenizer, seed=cfg.seed)
-with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
-    records, metrics = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
-prov = provenance("baseline_eval", {"eval": cfg, "generation": gen}, {"model": a.model, "validation": a.validation})
-write_parquet(storable(records), a.generations, prov, GENERATION_SCHEMA)
-write_json(metrics, a.metrics)
-write_text(eval_case_report("Zero-shot baseline", records, metrics), a.report)
-print(f"baseline accuracy {metrics['accuracy']:.3f}, format rate {metrics['format_rate']:.3f}")
+
+def main() -> None:
+    a = stage.args("model", "validation", "generations", "metrics", "report")
+    cfg = load_section(EvalConfig, "eval", a.params)
+    gen = load_section(GenerationConfig, "generation", a.params)
+    device = stage.setup_torch(cfg.seed)
+    rows = stage.rows(a.validation, ["unique_id", "problem", "answer"], cfg.n_examples)
+    policy, tokenizer = load_policy(a.model, device)
+    backend = make_backend(gen, a.model, policy, tokenizer, seed=cfg.seed)
+    with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
+        records, metrics = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
+    prov = provenance("baseline_eval", {"eval": cfg, "generation": gen}, {"model": a.model, "validation": a.validation})
+    write_parquet(storable(records), a.generations, prov, GENERATION_SCHEMA)
+    write_json(metrics, a.metrics)
+    write_text(eval_case_report("Zero-shot baseline", records, metrics), a.report)
+    print(f"baseline accuracy {metrics['accuracy']:.3f}, format rate {metrics['format_rate']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,14 @@ from a5core.artifacts import provenance, write_json
 from a5core.config import ModelConfig, load_section
 from a5core.model_io import fetch_model
 
-a = stage.args("out")
-cfg = load_section(ModelConfig, "model", a.params)
-record = fetch_model(cfg, a.out)
-write_json({**provenance("fetch_model", cfg), "resolved": record}, f"{a.out}/provenance.json")
-print(f"model ready in {a.out}: {record}")
+
+def main() -> None:
+    a = stage.args("out")
+    cfg = load_section(ModelConfig, "model", a.params)
+    record = fetch_model(cfg, a.out)
+    write_json({**provenance("fetch_model", cfg), "resolved": record}, f"{a.out}/provenance.json")
+    print(f"model ready in {a.out}: {record}")
+
+
+if __name__ == "__main__":
+    main()

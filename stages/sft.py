@@ -11,22 +11,28 @@ from a5core.runlog import RunLog
 from a5core.sft import SFTConfig, train_sft
 from a5core.sft_data import select_examples
 
-a = stage.args("run", "model", "data", "validation", "out", "metrics", "logs", "scratch")
-params = read_params(a.params)
-cfg = load_section(SFTConfig, "sft", a.params)
-run = params["sft_runs"][a.run]
-ev = load_section(EvalConfig, "eval", a.params)
-gen = load_section(GenerationConfig, "generation", a.params)
-device = stage.setup_torch(cfg.seed)
-rows = select_examples(stage.rows(a.data, ["unique_id", "prompt", "response"]), int(run["examples"]), cfg.seed)
-val = stage.rows(a.validation, ["unique_id", "problem", "answer"])
-policy, tokenizer = load_policy(a.model, device)
-backend = make_backend(gen, a.model, policy, tokenizer, seed=ev.seed)
-inputs = {"model": a.model, "data": a.data, "validation": a.validation}
-ckpt = Checkpointer(a.scratch, fingerprint({"sft": cfg, "run": run, "eval": ev}, inputs), cfg.checkpoint_every)
-with GraderPool(ev.reward_fn, ev.grader_workers, ev.grader_timeout_s) as pool:
-    final = train_sft(policy, tokenizer, rows, cfg, make_eval_fn(tokenizer, backend, val, ev, pool), ckpt, RunLog(a.logs))
-save_policy(policy, tokenizer, a.out, provenance(f"sft@{a.run}", {"sft": cfg, "run": run, "eval": ev}, inputs))
-write_json({**final, "examples": len(rows)}, a.metrics)
-ckpt.clear()
-print(f"sft@{a.run}: {len(rows)} examples, validation accuracy {final['accuracy']:.3f}")
+
+def main() -> None:
+    a = stage.args("run", "model", "data", "validation", "out", "metrics", "logs", "scratch")
+    params = read_params(a.params)
+    cfg = load_section(SFTConfig, "sft", a.params)
+    run = params["sft_runs"][a.run]
+    ev = load_section(EvalConfig, "eval", a.params)
+    gen = load_section(GenerationConfig, "generation", a.params)
+    device = stage.setup_torch(cfg.seed)
+    rows = select_examples(stage.rows(a.data, ["unique_id", "prompt", "response"]), int(run["examples"]), cfg.seed)
+    val = stage.rows(a.validation, ["unique_id", "problem", "answer"])
+    policy, tokenizer = load_policy(a.model, device)
+    backend = make_backend(gen, a.model, policy, tokenizer, seed=ev.seed)
+    inputs = {"model": a.model, "data": a.data, "validation": a.validation}
+    ckpt = Checkpointer(a.scratch, fingerprint({"sft": cfg, "run": run, "eval": ev}, inputs), cfg.checkpoint_every)
+    with GraderPool(ev.reward_fn, ev.grader_workers, ev.grader_timeout_s) as pool:
+        final = train_sft(policy, tokenizer, rows, cfg, make_eval_fn(tokenizer, backend, val, ev, pool), ckpt, RunLog(a.logs))
+    save_policy(policy, tokenizer, a.out, provenance(f"sft@{a.run}", {"sft": cfg, "run": run, "eval": ev}, inputs))
+    write_json({**final, "examples": len(rows)}, a.metrics)
+    ckpt.clear()
+    print(f"sft@{a.run}: {len(rows)} examples, validation accuracy {final['accuracy']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
