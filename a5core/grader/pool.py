@@ -15,6 +15,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+STARTUP_TIMEOUT_S = 120
 BUILTIN = {
     "a5core.grader:r1_zero_reward_fn": "r1_zero",
     "a5core.grader.reward:r1_zero_reward_fn": "r1_zero",
@@ -64,6 +65,8 @@ def _worker(conn: Connection, path: str, memory_mb: int) -> None:
     except (ImportError, ValueError, OSError):
         pass
     grader = detailed_grader(path)
+    grader("</think> <answer>1</answer>", "1")  # warm up imports before the first timed item
+    conn.send("ready")
     while True:
         msg = conn.recv()
         if msg is None:
@@ -89,6 +92,10 @@ class GraderPool:
         proc = self.ctx.Process(target=_worker, args=(child, self.path, self.memory_mb), daemon=True)
         proc.start()
         child.close()
+        # Item budgets start only once the worker has imported everything (spawn start-up is seconds).
+        if not parent.poll(STARTUP_TIMEOUT_S) or parent.recv() != "ready":
+            proc.kill()
+            raise RuntimeError(f"grader worker for {self.path} did not start within {STARTUP_TIMEOUT_S}s")
         return proc, parent
 
     def __enter__(self) -> "GraderPool":

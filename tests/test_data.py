@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from a5core.artifacts import read_parquet, read_provenance, write_parquet
+from a5core.config import ConfigError, DataConfig, from_dict
+from a5core.data import adapters, synthetic
+from a5core.data.prepare import prepare
+from a5core.grader import grade
+
+
+def test_synthetic_deterministic_disjoint_and_teacher_error_rate():
+    a = synthetic.generate(300, 100, 600, 0.3, seed=1)
+    b = synthetic.generate(300, 100, 600, 0.3, seed=1)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    keys = {s: {synthetic.normalize_problem(r["problem"]) for r in a[s]} for s in a}
+    assert not keys["train"] & keys["validation"] and not keys["train"] & keys["sft"] and not keys["sft"] & keys["validation"]
+    wrong = sum(grade(r["response"], r["answer"]).reward == 0 for r in a["sft"]) / len(a["sft"])
+    assert 0.24 < wrong < 0.36
+    assert all(grade(r["solution"].replace("The answer is $\\boxed{", "</think> <answer>").replace("}$.", "</answer>"), r["answer"]).reward == 1
+               for r in a["validation"][:50])
+    assert {r["subject"] for r in a["train"]} == set(synthetic.SUBJECTS)
+
+
+def test_prepare_synthetic_counts():
+    splits, report = prepare(DataConfig(n_train=20, n_validation=5, n_sft=10))
+    assert (report["train"], report["validation"], report["sft"]) == (20, 5, 10)
+    assert splits["sft"][0]["prompt"].endswith("Assistant: <think>")
+
+
+def _write(tmp_path, name, lines):
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return f"jsonl:{p}"
+
+
+def test_math_gsm8k_and_sft_formats(tmp_path):
+    spec = _write(tmp_path, "m.jsonl", [json.dumps({"problem": "1+1?", "solution": "It is $\\boxed{2}$.", "type": "Algebra", "level": "Level 1", "unique_id": "a"})])
+    assert adapters.load_problems(spec)[0]["answer"] == "2"
+    spec = _write(tmp_path, "g.jsonl", [json.dumps({"question": "2+2?", "answer": "2+2=4\n#### 1,004"})])
+    assert adapters.load_problems(spec)[0]["answer"] == "1004"
+    spec = _write(tmp_path, "s.jsonl", [json.dumps({"prompt": "p", "response": "r </think> <answer>7</answer>"})])
+    assert adapters.load_sft(spec)[0]["ground_truth"] == "7"
+
+
+@pytest.mark.parametrize("lines,match", [
+    (['{"problem": "x"', ], r"m.jsonl:1: malformed JSON"),
+    (['{"problem": "x", "solution": "no box"}'], r"m.jsonl:1: empty field 'answer'"),
+    (['{"solution": "\\\\boxed{1}"}'], r"m.jsonl:1: missing or empty field 'problem'"),
+    (['{"question": "q", "answer": "no hashes"}'], r"m.jsonl:1: field 'answer' has no '####"),
+    (['{"problem": "a", "answer": "1", "unique_id": "x"}', '{"problem": "b", "answer": "2", "unique_id": "x"}'], "duplicate unique_id 'x'"),
+    (['[1, 2]'], "expected a JSON object"),
+])
+def test_bad_input_names_file_line_field(tmp_path, lines, match):
+    with pytest.raises(adapters.DataError, match=match):
+        adapters.load_problems(_write(tmp_path, "m.jsonl", lines))
+
+
+def test_parquet_provenance_and_schema_check(tmp_path):
+    p = write_parquet([{"a": "1"}], tmp_path / "x.parquet", {"stage": "t", "params": {"k": 1}})
+    assert read_provenance(p)["params"] == {"k": 1}
+    with pytest.raises(ValueError, match="missing columns"):
+        read_parquet(p, ["a", "b"])
+    write_parquet([{"a": "1"}], tmp_path / "y.parquet")
+    with pytest.raises(ValueError, match="no a5 provenance"):
+        read_provenance(tmp_path / "y.parquet")
+    assert not list(tmp_path.glob(".*"))  # no temp files left behind
+
+
+def test_config_rejects_unknown_and_bad_values():
+    with pytest.raises(ConfigError, match="unknown keys"):
+        from_dict(DataConfig, {"n_trian": 5}, "data")
+    with pytest.raises(ConfigError, match="expected int"):
+        from_dict(DataConfig, {"n_train": "many"}, "data")
+    with pytest.raises(ConfigError, match="teacher_error_rate"):
+        from_dict(DataConfig, {"teacher_error_rate": 2.0}, "data")

@@ -1,0 +1,78 @@
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from a5core.config import GenerationConfig, SamplingConfig
+from a5core.generation import HFBackend, truncate_at_stop
+from a5core.generation.vllm import VLLMBackend, WeightSyncError
+
+
+def test_truncate_at_stop_keeps_stop_string():
+    assert truncate_at_stop("a </answer> b", ["</answer>"]) == ("a </answer>", True)
+    assert truncate_at_stop("abc", ["</answer>"]) == ("abc", False)
+
+
+def test_hf_backend_n_samples_finish_reasons_and_stop(tiny):
+    model, tok = tiny
+    be = HFBackend(model, tok, batch_size=8)
+    out = be.generate(["Compute 1 + 2.", "Solve for x: 2x = 4."], SamplingConfig(max_tokens=6, min_tokens=6, n=3, stop=[]), progress=False)
+    assert [len(o) for o in out] == [3, 3]
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 6 for o in out for c in o)
+    # Stop handling on generated ids: text is cut right after the stop string, ids past it are dropped.
+    ids = tok(" 2 + 3 = 5. </think> <answer>5</answer> extra words", add_special_tokens=False)["input_ids"]
+    c = be._completion(list(ids), SamplingConfig(stop=["</answer>"]))
+    assert c.text == " 2 + 3 = 5. </think> <answer>5</answer>" and c.finish_reason == "stop"
+    assert tok.decode(list(c.token_ids)) == c.text
+    c = be._completion(list(ids) + [tok.eos_token_id, tok.eos_token_id], SamplingConfig(stop=["</nope>"]))
+    assert c.finish_reason == "stop" and len(c.token_ids) == len(ids)  # eos ends it
+    c = be._completion(list(ids), SamplingConfig(stop=["</nope>"]))
+    assert c.finish_reason == "length"
+
+
+class FakeLLM:
+    """Stands in for vllm.LLM: records requests; 'generates' from the weights it was given."""
+
+    def __init__(self):
+        self.requests, self.weights, self.prefix_resets = [], None, 0
+
+    def generate(self, prompts, params, use_tqdm=True):
+        self.requests.append((prompts, params))
+        tok = 5 if self.weights is None else int(self.weights[0][1].flatten()[0].item() * 0) + 9
+        out = SimpleNamespace(text="x </answer>", token_ids=[tok] * params.max_tokens, finish_reason="stop")
+        return [SimpleNamespace(outputs=[out] * params.n) for _ in prompts]
+
+    def collective_rpc(self, fn, args=()):
+        worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: setattr(self, "weights", weights))))
+        return [fn(worker, *args)]
+
+    def reset_prefix_cache(self):
+        self.prefix_resets += 1
+
+
+FAKE_VLLM = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw))
+
+
+def test_vllm_request_building():
+    llm = FakeLLM()
+    be = VLLMBackend("unused", GenerationConfig(backend="vllm"), llm=llm, vllm_module=FAKE_VLLM)
+    out = be.generate(["p1", "p2"], SamplingConfig(n=2, max_tokens=7, min_tokens=4, seed=3), progress=False)
+    prompts, params = llm.requests[0]
+    assert prompts == ["p1", "p2"] and params.stop == ["</answer>"] and params.include_stop_str_in_output
+    assert (params.n, params.min_tokens, params.max_tokens, params.seed) == (2, 4, 7, 3)
+    assert len(out[0]) == 2 and out[0][0].finish_reason == "stop" and out[0][0].text.endswith("</answer>")
+
+
+def test_vllm_weight_sync_and_verification(tiny):
+    model, tok = tiny
+    llm = FakeLLM()
+    be = VLLMBackend("unused", GenerationConfig(backend="vllm", verify_weight_sync=True), llm=llm, vllm_module=FAKE_VLLM, tokenizer=tok)
+    with pytest.raises(WeightSyncError):  # the fake engine's greedy tokens are not the policy's
+        be.sync_weights(model)
+    names = [n for n, _ in llm.weights]
+    assert names == list(model.state_dict()) and llm.prefix_resets == 1
+    # an engine that reproduces the policy passes verification
+    ids = torch.tensor([tok("User: What is 2 + 3?\nAssistant: <think>", add_special_tokens=False)["input_ids"]])
+    greedy = model.generate(input_ids=ids, max_new_tokens=4, min_new_tokens=4, do_sample=False)[0, ids.shape[1]:].tolist()
+    llm.generate = lambda prompts, params, use_tqdm=True: [SimpleNamespace(outputs=[SimpleNamespace(text="", token_ids=greedy, finish_reason="length")])]
+    be.sync_weights(model)

@@ -1,0 +1,35 @@
+"""End to end: the whole DAG on the smoke profile (tiny random model) with `dvc repro`, then a cached rerun."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_whole_dag_on_smoke_profile(tmp_path):
+    work = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file():
+            (work / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, work / f)
+    shutil.copy(work / "profiles" / "smoke.yaml", work / "params.yaml")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(work)}
+    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
+    assert run("git", "init", "-q").returncode == 0
+    r = run("dvc", "repro")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = (work / "reports" / "summary.md").read_text()
+    assert "GRPO" in summary and "EI" in summary and "SFT" in summary
+    base = json.loads((work / "results" / "baseline" / "metrics.json").read_text())
+    assert base["n"] == 8 and base["format1_answer1"] + base["format1_answer0"] + base["format0_answer0"] == 8
+    r = run("dvc", "status")
+    assert "up to date" in r.stdout, r.stdout
+    r = run("dvc", "repro", "--dry")
+    assert "Running stage" not in r.stdout, r.stdout
