@@ -61,5 +61,26 @@ class Checkpointer:
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
 
+    def save_training(self, policy, optimizer, step: int, logs: list, scheduler=None, **extra) -> None:
+        """Save everything a training loop needs to continue after step `step`."""
+        state = {"model": policy.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step, "logs": logs, **extra}
+        if scheduler is not None:
+            state["scheduler"] = scheduler.state_dict()
+        self.save(state)
+
+    def restore_training(self, policy, optimizer, scheduler=None, log=lambda kind, row: None) -> tuple[dict, list]:
+        """Load the last saved state into the objects (replaying its logs into `log`); ({}, []) when there is none."""
+        state = self.load()
+        if not state:
+            return {}, []
+        policy.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        for kind, row in state["logs"]:
+            log(kind, row)
+        return state, list(state["logs"])
+
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from a5core.advantages import group_normalize
-from a5core.checkpoint import Checkpointer, rng_state, set_rng_state
+from a5core.checkpoint import Checkpointer
 from a5core.config import ConfigError, EvalConfig, PromptName
 from a5core.evaluation import generate_and_grade
 from a5core.generation.hf import autocast_context
@@ -155,15 +155,8 @@ def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConf
         raise ConfigError(f"grpo.prompt={cfg.prompt} goes with {REWARD_FNS[cfg.prompt]}, but the grader is {pool.path}")
     device = next(policy.parameters()).device
     opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay, tuple(cfg.betas))
-    start, wall_offset, state = 0, 0.0, ckpt.load() if ckpt else None
-    logs: list = []
-    if state:
-        policy.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        start, wall_offset, logs = state["step"], state["wall_s"], list(state["logs"])
-        for kind, row in logs:
-            log(kind, row)
+    state, logs = ckpt.restore_training(policy, opt, log=log) if ckpt else ({}, [])
+    start, wall_offset = state.get("step", 0), state.get("wall_s", 0.0)
     record = lambda kind, row: (logs.append((kind, row)), log(kind, row))  # noqa: E731
     sampling = replace(ev.sampling(cfg.group_size), temperature=cfg.temperature, min_tokens=cfg.min_tokens, max_tokens=cfg.max_tokens)
     t_start = time.monotonic() - wall_offset
@@ -195,8 +188,7 @@ def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConf
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.n_grpo_steps:
             _eval(policy, evaluate_fn, cfg, record, step + 1, t_start, records, examples)
         if ckpt and ckpt.due(step + 1):
-            ckpt.save({"model": policy.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(), "step": step + 1,
-                       "wall_s": time.monotonic() - t_start, "logs": logs})
+            ckpt.save_training(policy, opt, step + 1, logs, wall_s=time.monotonic() - t_start)
     else:
         step = cfg.n_grpo_steps
     final = _eval(policy, evaluate_fn, cfg, record, step, t_start, records if step > start else [], examples, n=0)

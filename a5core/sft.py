@@ -18,7 +18,7 @@ from typing import Callable, Literal
 import torch
 from tqdm.auto import tqdm
 
-from a5core.checkpoint import Checkpointer, rng_state, set_rng_state
+from a5core.checkpoint import Checkpointer
 from a5core.generation.hf import autocast_context
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import sft_microbatch_train_step
@@ -96,16 +96,8 @@ def train_sft(policy, tokenizer, rows: list[dict], cfg: SFTConfig, evaluate_fn: 
     total = math.ceil(len(order) / cfg.batch_size)
     opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay)
     sched = make_schedule(opt, total, cfg.warmup_steps, cfg.schedule)
-    start, state = 0, ckpt.load() if ckpt else None
-    if state:
-        policy.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        start = state["step"]
-        for kind, row in state["logs"]:
-            log(kind, row)
-    logs: list = list(state["logs"]) if state else []
+    state, logs = ckpt.restore_training(policy, opt, sched, log) if ckpt else ({}, [])
+    start = state.get("step", 0)
     record = lambda kind, row: (logs.append((kind, row)), log(kind, row))  # noqa: E731
     policy.train()
     t_start = time.monotonic()
@@ -127,8 +119,7 @@ def train_sft(policy, tokenizer, rows: list[dict], cfg: SFTConfig, evaluate_fn: 
             record("eval", {"step": step + 1, **evaluate_fn(policy, cfg.eval_examples)})
             policy.train()
         if ckpt and ckpt.due(step + 1) and step + 1 < total:
-            ckpt.save({"model": policy.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                       "rng": rng_state(), "step": step + 1, "logs": logs})
+            ckpt.save_training(policy, opt, step + 1, logs, sched)
     final = evaluate_fn(policy, 0)
     record("eval", {"step": total, **final})
     return final
