@@ -6,6 +6,7 @@ Each field's one-line doc is the comment after it. `load_section(path, name, cls
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,18 +25,17 @@ def _check_type(name: str, value: Any, tp: Any) -> Any:
         if value not in typing.get_args(tp):
             raise ConfigError(f"{name}: {value!r} is not one of {list(typing.get_args(tp))}")
         return value
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
                 return _check_type(name, value, a)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                pass
         raise ConfigError(f"{name}: {value!r} matches none of {args}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):

@@ -85,7 +85,7 @@ def response_entropies(policy, tokenizer, records: list[dict], batch_size: int =
         prompt_ids = [tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in chunk]
         resp_ids = [list(r["token_ids"]) or [pad_token_id(tokenizer)] for r in chunk]
         batch = tokenize_ids(prompt_ids, resp_ids, pad_token_id(tokenizer))
-        ent = get_response_log_probs(policy, batch["input_ids"].to(device), batch["labels"].to(device), True)["token_entropy"]
+        ent = get_response_log_probs(policy, batch["input_ids"].to(device), batch["labels"].to(device), True, share_prefix=True)["token_entropy"]
         mask = batch["response_mask"].to(device).float()  # (b, T)
         out.extend(((ent * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist())
     return out

@@ -99,7 +99,7 @@ def old_log_probs_for(policy, prompts, outputs, micro: int, pad_id: int, device)
         idx = list(range(s, min(s + micro, len(prompts))))
         b = _batch(prompts, outputs, idx, pad_id, device)
         with autocast_context(device):
-            lp = get_response_log_probs(policy, b["input_ids"], b["labels"])["log_probs"]  # (b, T)
+            lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True)["log_probs"]  # (b, T)
         for j, i in enumerate(idx):
             out[i] = lp[j].clone()
     return out
@@ -118,7 +118,7 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], data: dict, dev
         mi = idx[s : s + micro]
         b = _batch(data["prompts"], data["outputs"], mi, data["pad_id"], device)
         with autocast_context(device):
-            out = get_response_log_probs(policy, b["input_ids"], b["labels"], return_token_entropy=True)
+            out = get_response_log_probs(policy, b["input_ids"], b["labels"], return_token_entropy=True, share_prefix=True)
         width = b["labels"].shape[1]
         old = _pad_stack([data["old"][i] for i in mi], width) if data["old"] else None  # (b, T)
         loss, meta = grpo_microbatch_train_step(

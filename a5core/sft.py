@@ -44,6 +44,12 @@ class SFTConfig:
     seed: int = 0  # data order and sampling seed
 
 
+@dataclass(frozen=True)
+class SFTRun:
+    examples: int = 0  # unique traces from the fixed shuffle (0 = all)
+    data: str = "prepared/sft"  # which traces: data/<data>.parquet (the path itself is built in dvc.yaml)
+
+
 def encode_examples(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids) per row; an empty response is an error naming the example."""
     out = []
@@ -71,7 +77,7 @@ def sft_step(policy, batch: list[tuple[list[int], list[int]]], cfg: SFTConfig, p
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         with autocast_context(device):
-            out = get_response_log_probs(policy, ids, labels, return_token_entropy=True)
+            out = get_response_log_probs(policy, ids, labels, return_token_entropy=True, share_prefix=True)
         if cfg.loss_normalization == "token_mean":
             loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))
         else:

@@ -8,7 +8,7 @@ from a5core.grader import GraderPool
 from a5core.model_io import load_policy
 from a5core.pipeline import make_eval_fn, save_policy
 from a5core.runlog import RunLog
-from a5core.sft import SFTConfig, train_sft
+from a5core.sft import SFTConfig, SFTRun, train_sft
 from a5core.sft_data import select_examples
 
 
@@ -16,11 +16,11 @@ def main() -> None:
     a = stage.args("run", "model", "data", "validation", "out", "metrics", "logs", "scratch")
     params = read_params(a.params)
     cfg = load_section(SFTConfig, "sft", a.params)
-    run = params["sft_runs"][a.run]
+    run = from_dict(SFTRun, params["sft_runs"].get(a.run), f"sft_runs.{a.run}")
     ev = load_section(EvalConfig, "eval", a.params)
     gen = load_section(GenerationConfig, "generation", a.params)
     device = stage.setup_torch(cfg.seed)
-    rows = select_examples(stage.rows(a.data, ["unique_id", "prompt", "response"]), int(run["examples"]), cfg.seed)
+    rows = select_examples(stage.rows(a.data, ["unique_id", "prompt", "response"]), run.examples, cfg.seed)
     val = stage.rows(a.validation, ["unique_id", "problem", "answer"])
     policy, tokenizer = load_policy(a.model, device)
     backend = make_backend(gen, a.model, policy, tokenizer, seed=ev.seed)

@@ -76,3 +76,57 @@ def test_vllm_weight_sync_and_verification(tiny):
     greedy = model.generate(input_ids=ids, max_new_tokens=4, min_new_tokens=4, do_sample=False)[0, ids.shape[1]:].tolist()
     llm.generate = lambda prompts, params, use_tqdm=True: [SimpleNamespace(outputs=[SimpleNamespace(text="", token_ids=greedy, finish_reason="length")])]
     be.sync_weights(model)
+
+
+def _sharp(tiny):
+    """The tiny model with weights scaled up, so greedy outputs vary from token to token."""
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0)
+    return model.eval(), tiny[1]
+
+
+def test_shared_prefix_generation_equals_plain_generate(tiny):
+    from a5core.prompts import build_prompt
+
+    model, tok = _sharp(tiny)
+    prompts = [build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now please"), build_prompt("7*8")]
+    out = HFBackend(model, tok, batch_size=8).generate(prompts, SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False)
+    for p, o in zip(prompts, out):
+        ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
+        ref = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12,
+                             do_sample=False, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
+        assert list(o[0].token_ids) == ref
+
+
+def test_shared_prefix_log_probs_and_gradients_match(tiny):
+    import copy
+
+    from a5core.logprobs import get_response_log_probs, shared_prefix_length
+    from a5core.prompts import build_prompt
+    from a5core.tokenization import tokenize_prompt_and_output
+
+    model, tok = _sharp(tiny)
+    b = tokenize_prompt_and_output([build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now")], [" 3 </think> <answer>3</answer>", " x=3"], tok)
+    assert shared_prefix_length(b["input_ids"]) > 8
+    other = copy.deepcopy(model)
+    a = get_response_log_probs(model, b["input_ids"], b["labels"], True)
+    s = get_response_log_probs(other, b["input_ids"], b["labels"], True, share_prefix=True)
+    assert torch.allclose(a["log_probs"], s["log_probs"], atol=1e-4) and torch.allclose(a["token_entropy"], s["token_entropy"], atol=1e-4)
+    (a["log_probs"] * b["response_mask"]).sum().backward()
+    (s["log_probs"] * b["response_mask"]).sum().backward()
+    for p, q in zip(model.parameters(), other.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-4, rtol=1e-3)
+
+
+def test_top_p_keeps_the_nucleus():
+    from a5core.generation.hf import sample_next
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    torch.manual_seed(0)
+    draws = {int(sample_next(logits, 1.0, 0.7)) for _ in range(200)}
+    assert draws == {0, 1}
+    assert int(sample_next(logits, 0.0, 1.0)) == 0

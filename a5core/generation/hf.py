@@ -1,11 +1,14 @@
 """Generation with transformers' `generate` (the CPU default backend).
 
-Batched with a KV cache and left padding; prompts are sorted by length so each batch pads little; stop
-strings end a sequence and are kept in the text; bf16 autocast is used where the CPU has native bf16.
-With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the policy
+A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
+template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
+little; stop strings end a sequence and are kept in the text; bf16 autocast is used where the CPU has
+native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the policy
 object itself, so a weight "sync" is the identity (no copy can go stale).
 """
 from __future__ import annotations
+
+import copy
 
 import torch
 from tqdm.auto import tqdm
@@ -29,7 +32,29 @@ def autocast_context(device: torch.device, dtype_pref: str = "auto"):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
 
 
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Greedy (temperature <= 0) or temperature + nucleus sampling of one token per row: (b, V) -> (b,)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)  # (b,)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (b, V)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (b, V)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # (b, V): mass before this token already exceeds top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (b, V)
+    return torch.multinomial(probs, 1).squeeze(-1)  # (b,)
+
+
 class HFBackend:
+    """Batched sampling with a KV cache on a transformers causal LM (see the module docstring).
+
+    The prompt prefix shared by every prompt of a call (the r1_zero template) is run once and its KV cache
+    repeated over each batch; the per-prompt suffixes follow, left-padded *after* the prefix with explicit
+    position ids, so every row sees exactly its own prompt. `min_tokens` blocks eos and stop strings.
+    """
+
+    STOP_TAIL_TOKENS = 16  # stop strings are searched in the decoded tail of this many tokens
+
     def __init__(self, model, tokenizer, batch_size: int = 32, dtype: str = "auto"):
         self.model, self.tokenizer, self.batch_size, self.dtype = model, tokenizer, batch_size, dtype
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -40,17 +65,23 @@ class HFBackend:
     @torch.inference_mode()
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        per_batch = max(1, self.batch_size // max(1, sampling.n))
-        results: list[list[Completion]] = [[] for _ in prompts]
+        if any(not e for e in encoded):
+            raise ValueError("an empty prompt cannot be generated from")
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
+        prefix = self._common_prefix(encoded)
+        with autocast_context(device, self.dtype):
+            cache = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values if prefix else None
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        per_batch = max(1, self.batch_size // max(1, sampling.n))
+        results: list[list[Completion]] = [[] for _ in prompts]
         bar = tqdm(total=len(prompts) * sampling.n, desc="generating", unit="seq", disable=not progress, leave=False)
         for b, start in enumerate(range(0, len(order), per_batch)):
             idx = order[start : start + per_batch]
             torch.manual_seed(sampling.seed * 100_003 + b)
-            outs = self._generate_batch([encoded[i] for i in idx], sampling, device)
+            suffixes = [encoded[i][len(prefix):] for i in idx for _ in range(sampling.n)]
+            outs = self._generate_batch(suffixes, cache, len(prefix), sampling, device)
             for j, i in enumerate(idx):
                 results[i] = outs[j * sampling.n : (j + 1) * sampling.n]
             bar.update(len(idx) * sampling.n)
@@ -58,22 +89,58 @@ class HFBackend:
         self.model.train(was_training)
         return results
 
-    def _generate_batch(self, ids: list[list[int]], sampling: SamplingConfig, device) -> list[Completion]:
-        width = max(len(x) for x in ids)
-        input_ids = torch.full((len(ids), width), self.pad_id, dtype=torch.long)  # (b, L) left padded
-        attention = torch.zeros((len(ids), width), dtype=torch.long)  # (b, L)
-        for r, x in enumerate(ids):
-            input_ids[r, width - len(x) :] = torch.tensor(x)
-            attention[r, width - len(x) :] = 1
-        greedy = sampling.temperature <= 0
-        kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_tokens, min_new_tokens=sampling.min_tokens,
-                      num_return_sequences=sampling.n, pad_token_id=self.pad_id, stop_strings=list(sampling.stop) or None,
-                      tokenizer=self.tokenizer)
-        if not greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+    @staticmethod
+    def _common_prefix(encoded: list[list[int]]) -> list[int]:
+        """Longest common token prefix, leaving every prompt at least one token of its own."""
+        first, n = encoded[0], min(len(e) for e in encoded) - 1
+        k = 0
+        while k < n and all(e[k] == first[k] for e in encoded):
+            k += 1
+        return first[:k]
+
+    def _generate_batch(self, suffixes: list[list[int]], prefix_cache, p: int, sampling: SamplingConfig, device) -> list[Completion]:
+        b, width = len(suffixes), max(len(x) for x in suffixes)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (b, S): suffixes left-padded after the prefix
+        mask = torch.zeros((b, p + width), dtype=torch.long)  # (b, P+S)
+        mask[:, :p] = 1
+        for r, x in enumerate(suffixes):
+            ids[r, width - len(x):] = torch.tensor(x)
+            mask[r, p + width - len(x):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]  # (b, S): real positions skip the padding
+        cache = None
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(b)
+        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+        eos = self.tokenizer.eos_token_id
+        new: list[list[int]] = [[] for _ in range(b)]
+        done = torch.zeros(b, dtype=torch.bool)
         with autocast_context(device, self.dtype):
-            out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-        return [self._completion(row[width:].tolist(), sampling) for row in out.cpu()]
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+            for t in range(sampling.max_tokens):
+                logits = out.logits[:, -1, :].float()  # (b, V)
+                if t < sampling.min_tokens and eos is not None:
+                    logits[:, eos] = float("-inf")
+                nxt = sample_next(logits, sampling.temperature, sampling.top_p).cpu()  # (b,)
+                for r in (~done).nonzero().flatten().tolist():
+                    new[r].append(int(nxt[r]))
+                    done[r] = self._finished(new[r], sampling, eos)
+                if bool(done.all()) or t + 1 == sampling.max_tokens:
+                    break
+                nxt[done] = self.pad_id
+                mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], dim=1)  # (b, L+1)
+                pos = pos[:, -1:] + 1  # (b, 1)
+                out = self.model(input_ids=nxt[:, None].to(device), attention_mask=mask, position_ids=pos,
+                                 past_key_values=out.past_key_values, use_cache=True)
+        return [self._completion(x, sampling) for x in new]
+
+    def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
+        if eos is not None and ids[-1] == eos:
+            return True
+        if len(ids) < sampling.min_tokens or not sampling.stop:
+            return False
+        tail = self.tokenizer.decode(ids[-self.STOP_TAIL_TOKENS:], skip_special_tokens=True)
+        return any(s in tail for s in sampling.stop)
 
     def _completion(self, new_ids: list[int], sampling: SamplingConfig) -> Completion:
         eos = self.tokenizer.eos_token_id
