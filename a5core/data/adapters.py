@@ -116,19 +116,20 @@ def check_unique_ids(label: str, rows: list[dict]) -> None:
         seen[r["unique_id"]] = i
 
 
-def load_problems(spec: str) -> list[dict]:
+def _load(spec: str, convert) -> list[dict]:
     label, recs = read_records(spec)
-    rows = [to_problem(label, line, rec, spec.split(":")[0]) for line, rec in recs]
+    rows = [convert(label, line, rec, spec.split(":")[0]) for line, rec in recs]
     if not rows:
         raise DataError(f"{label}: no records")
     check_unique_ids(label, rows)
     return rows
+
+
+def load_problems(spec: str) -> list[dict]:
+    """MATH- or GSM8K-format records -> problem rows (checked, unique ids)."""
+    return _load(spec, to_problem)
 
 
 def load_sft(spec: str) -> list[dict]:
-    label, recs = read_records(spec)
-    rows = [to_sft(label, line, rec, spec.split(":")[0]) for line, rec in recs]
-    if not rows:
-        raise DataError(f"{label}: no records")
-    check_unique_ids(label, rows)
-    return rows
+    """Handout-format SFT records -> SFT rows (checked, unique ids)."""
+    return _load(spec, to_sft)
