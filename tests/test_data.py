@@ -74,3 +74,25 @@ def test_config_rejects_unknown_and_bad_values():
         from_dict(DataConfig, {"n_train": "many"}, "data")
     with pytest.raises(ConfigError, match="teacher_error_rate"):
         from_dict(DataConfig, {"teacher_error_rate": 2.0}, "data")
+
+
+def test_every_profile_parses_into_the_typed_sections():
+    from pathlib import Path
+
+    import yaml
+
+    from a5core.config import EvalConfig, GenerationConfig, ModelConfig
+    from a5core.ei import EIConfig
+    from a5core.grpo import GRPOConfig
+    from a5core.sft import SFTConfig, SFTRun
+
+    root = Path(__file__).resolve().parents[1]
+    for f in [root / "params.yaml", *sorted((root / "profiles").glob("*.yaml"))]:
+        p = yaml.safe_load(f.read_text())
+        for name, cls in {"model": ModelConfig, "data": DataConfig, "generation": GenerationConfig, "eval": EvalConfig,
+                          "sft": SFTConfig, "ei": EIConfig, "grpo": GRPOConfig}.items():
+            from_dict(cls, p[name], f"{f.name}:{name}")
+        for run, over in p["grpo_runs"].items():
+            from_dict(GRPOConfig, {**p["grpo"], **over}, f"{f.name}:grpo_runs.{run}")
+        for run, spec in p["sft_runs"].items():
+            from_dict(SFTRun, spec, f"{f.name}:sft_runs.{run}")

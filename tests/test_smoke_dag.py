@@ -1,4 +1,5 @@
-"""End to end: the whole DAG on the smoke profile (tiny random model) with `dvc repro`, then a cached rerun."""
+"""End to end on the smoke profile (tiny random model): `dvc repro` of the whole DAG, a cached rerun, then
+`dvc exp run -S` on a GRPO param (only GRPO and plots re-run) and `dvc plots diff` against the baseline."""
 import json
 import os
 import shutil
@@ -20,9 +21,11 @@ def test_whole_dag_on_smoke_profile(tmp_path):
             (work / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, work / f)
     shutil.copy(work / "profiles" / "smoke.yaml", work / "params.yaml")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(work)}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(work),
+           "GIT_AUTHOR_NAME": "a5", "GIT_AUTHOR_EMAIL": "a5@localhost", "GIT_COMMITTER_NAME": "a5", "GIT_COMMITTER_EMAIL": "a5@localhost"}
     run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
     assert run("git", "init", "-q").returncode == 0
+    assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "smoke").returncode == 0
     r = run("dvc", "repro")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = (work / "reports" / "summary.md").read_text()
@@ -33,3 +36,13 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert "up to date" in r.stdout, r.stdout
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
+    assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
+    r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=1e-3")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
+    assert ran == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran
+    r = run("dvc", "plots", "diff", "HEAD", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    grpo = json.loads(r.stdout)["data"]["GRPO validation accuracy vs step"]
+    revs = {v["rev"] for e in grpo for v in e["content"]["data"]["values"]}
+    assert revs == {"HEAD", "workspace"}, revs

@@ -1,4 +1,4 @@
-"""Generation with transformers' `generate` (the CPU default backend).
+"""Generation with a transformers causal LM (the CPU default backend).
 
 A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
@@ -9,6 +9,7 @@ object itself, so a weight "sync" is the identity (no copy can go stale).
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 from tqdm.auto import tqdm
@@ -17,6 +18,7 @@ from a5core.config import SamplingConfig
 from a5core.generation.base import Completion, truncate_at_stop
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_has_fast_bf16() -> bool:
     """True on CPUs with native bf16 matmul (AMX or AVX512-BF16); elsewhere bf16 autocast is slower."""
     try:
@@ -115,23 +117,28 @@ class HFBackend:
         eos = self.tokenizer.eos_token_id
         new: list[list[int]] = [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
+        alive = torch.arange(b)  # rows still generating, in cache order
         with autocast_context(device, self.dtype):
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
             for t in range(sampling.max_tokens):
-                logits = out.logits[:, -1, :].float()  # (b, V)
+                logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
                 if t < sampling.min_tokens and eos is not None:
                     logits[:, eos] = float("-inf")
-                nxt = sample_next(logits, sampling.temperature, sampling.top_p).cpu()  # (b,)
-                for r in (~done).nonzero().flatten().tolist():
+                nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
+                nxt[alive] = sample_next(logits, sampling.temperature, sampling.top_p).cpu()
+                for r in alive.tolist():
                     new[r].append(int(nxt[r]))
                     done[r] = self._finished(new[r], sampling, eos)
                 if bool(done.all()) or t + 1 == sampling.max_tokens:
                     break
-                nxt[done] = self.pad_id
-                mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], dim=1)  # (b, L+1)
-                pos = pos[:, -1:] + 1  # (b, 1)
-                out = self.model(input_ids=nxt[:, None].to(device), attention_mask=mask, position_ids=pos,
-                                 past_key_values=out.past_key_values, use_cache=True)
+                if bool(done[alive].any()):  # drop finished rows from the batch (and their KV cache rows)
+                    keep = (~done[alive]).nonzero().flatten()
+                    out.past_key_values.batch_select_indices(keep.to(device))
+                    alive, mask, pos = alive[keep], mask[keep.to(device)], pos[keep.to(device)]
+                mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=mask.dtype, device=device)], dim=1)  # (a, L+1)
+                pos = pos[:, -1:] + 1  # (a, 1)
+                out = self.model(input_ids=nxt[alive][:, None].to(device), attention_mask=mask, position_ids=pos,
+                                 past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
         return [self._completion(x, sampling) for x in new]
 
     def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
