@@ -60,6 +60,7 @@ def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     _lines(axes[0], {k: read_csv(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
     finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
+    write_sft_sizes(finals, out.parent / "sft_by_size.csv")
     axes[1].bar(list(finals), [m["accuracy"] for m in finals.values()])
     axes[1].set_title("final SFT accuracy by dataset (size / filtered)")
     name = _save(fig, out, "sft.png")
@@ -92,6 +93,15 @@ def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
             m = json.loads((d / "metrics.json").read_text())
             rows.append(("GRPO", k, m["accuracy"], name))
     return rows
+
+
+def write_sft_sizes(finals: dict[str, dict], path: Path) -> None:
+    """Final SFT accuracy per run and its number of examples, for `dvc plots` (accuracy vs dataset size)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "examples", "accuracy", "format_rate"])
+        for run, m in sorted(finals.items(), key=lambda kv: kv[1].get("examples", 0)):
+            w.writerow([run, m.get("examples", ""), m["accuracy"], m["format_rate"]])
 
 
 def summary_markdown(rows: list[tuple[str, str, float, str]], figures_rel: str) -> str:

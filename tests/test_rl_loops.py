@@ -147,3 +147,13 @@ def test_ei_round_without_correct_samples(tiny, monkeypatch):
         _ei(tiny, [" bad"], monkeypatch)
     (_, report, _), handed = _ei(tiny, [" bad"], monkeypatch, if_no_correct="skip")
     assert report["trained"] is False and not handed
+
+
+def test_time_budget_stops_evaluates_and_reports_best(tiny):
+    model, tok = tiny
+    rows = []
+    summary = train_grpo(copy.deepcopy(model), tok, StubBackend(tok, [" good", " bad"]), ROWS, _cfg(n_grpo_steps=50, time_budget_s=1e-9),
+                         EvalConfig(), StubPool(), eval_stub, log=lambda kind, row: rows.append((kind, row)))
+    # the budget is spent before the first step: no training, one final evaluation, reported as stopped
+    assert summary["stopped_by_time_budget"] and summary["steps_done"] == 0
+    assert [k for k, _ in rows] == ["eval"] and summary["best_step"] == 0
