@@ -85,6 +85,21 @@ def load_section(cls, name: str, path: str | Path = "params.yaml", overrides: di
     return from_dict(cls, {**params[name], **(overrides or {})}, name)
 
 
+def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
+    """`section` with the overrides of entry `run` of the `runs` dict (one DVC foreach stage per entry).
+
+    The initial policy is shared by every run: it is a dependency path in dvc.yaml (`models/${section.init_policy}`),
+    so a per-run override would train from one model while DVC tracked another.
+    """
+    entries = read_params(path).get(runs) or {}
+    if run not in entries:
+        raise ConfigError(f"{path}: {runs} has no entry {run!r}; entries: {sorted(entries)}")
+    overrides = entries[run] or {}
+    if "init_policy" in overrides:
+        raise ConfigError(f"{runs}.{run}: init_policy cannot differ per run; set {section}.init_policy")
+    return load_section(cls, section, path, overrides)
+
+
 PromptName = Literal["r1_zero", "question_only"]
 
 
@@ -139,6 +154,7 @@ class EvalConfig:
     prompt: PromptName = "r1_zero"  # prompt template
     reward_fn: str = "a5core.grader:r1_zero_reward_fn"  # grader by import path (module:function)
     n_examples: int = 200  # validation examples evaluated (0 = all)
+    samples_per_example: int = 1  # samples per example; accuracy is their mean (avg@k), lower-variance than one
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus threshold
     max_tokens: int = 1024  # max new tokens
@@ -146,6 +162,10 @@ class EvalConfig:
     seed: int = 0  # sampling seed
     grader_workers: int = 2  # grading processes
     grader_timeout_s: float = 5.0  # per-item grading time bound
+
+    def validate(self) -> None:
+        if self.samples_per_example < 1:
+            raise ConfigError("samples_per_example must be >= 1")
 
     def sampling(self, n: int = 1) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.min_tokens, ["</answer>"], n, self.seed)

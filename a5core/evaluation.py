@@ -108,7 +108,7 @@ def log_generations(policy, tokenizer, records: list[dict], n: int = 8) -> tuple
 
 def evaluate_policy(policy, tokenizer, backend: Backend, rows: list[dict], cfg, pool: GraderPool, progress: bool = True) -> tuple[list[dict], dict]:
     """evaluate() with an EvalConfig, plus log_generations stats (entropy, lengths) merged into the metrics."""
-    records, metrics = evaluate(backend, rows, cfg.prompt, cfg.sampling(), pool, progress)
+    records, metrics = evaluate(backend, rows, cfg.prompt, cfg.sampling(cfg.samples_per_example), pool, progress)
     _, gen_stats = log_generations(policy, tokenizer, records, n=min(len(records), 8))
     return records, {**metrics, **gen_stats}
 

@@ -148,8 +148,14 @@ def rollout_stats(records: list[dict], meta: dict) -> dict:
 
 
 def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConfig, ev: EvalConfig, pool, evaluate_fn,
-               ckpt: Checkpointer | None = None, log=lambda kind, row: None, examples: list | None = None) -> dict:
-    """Run GRPO in place on `policy`. Returns a summary: final and best validation accuracy (and when)."""
+               ckpt: Checkpointer | None = None, log=lambda kind, row: None, examples: list | None = None,
+               initial: dict | None = None) -> dict:
+    """Run GRPO in place on `policy`. Returns a summary: final and best validation accuracy (and when).
+
+    Validation runs at step 0 (or `initial`, the metrics already measured for these weights under the same
+    protocol, is used), every `eval_every` steps, and at the end; the step-0 evaluation is not counted in
+    the wall-clock budget.
+    """
     cfg.validate()
     if pool.path != REWARD_FNS[cfg.prompt] and pool.path in REWARD_FNS.values():
         raise ConfigError(f"grpo.prompt={cfg.prompt} goes with {REWARD_FNS[cfg.prompt]}, but the grader is {pool.path}")
@@ -159,6 +165,8 @@ def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConf
     start, wall_offset = state.get("step", 0), state.get("wall_s", 0.0)
     record = lambda kind, row: (logs.append((kind, row)), log(kind, row))  # noqa: E731
     sampling = replace(ev.sampling(cfg.group_size), temperature=cfg.temperature, min_tokens=cfg.min_tokens, max_tokens=cfg.max_tokens)
+    if start == 0:  # where the curve starts; outside the wall-clock budget
+        record("eval", {"step": 0, **(initial or evaluate_fn(policy, 0)), "wall_s": 0.0})
     t_start = time.monotonic() - wall_offset
     pad_id = pad_token_id(tokenizer)
     step = start
@@ -191,8 +199,10 @@ def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConf
             ckpt.save_training(policy, opt, step + 1, logs, wall_s=time.monotonic() - t_start)
     else:
         step = cfg.n_grpo_steps
-    final = _eval(policy, evaluate_fn, cfg, record, step, t_start, records if step > start else [], examples, n=0)
+    if step > 0:  # (with no step taken, the step-0 evaluation is the final one)
+        _eval(policy, evaluate_fn, cfg, record, step, t_start, records if step > start else [], examples, n=0)
     evals = [row for kind, row in logs if kind == "eval"]
+    final = {k: v for k, v in evals[-1].items() if k not in ("step", "wall_s")}
     best = max(evals, key=lambda r: r["accuracy"])
     return {**final, "steps_done": step, "best_accuracy": best["accuracy"], "best_step": best["step"], "best_wall_s": best["wall_s"],
             "stopped_by_time_budget": bool(cfg.time_budget_s) and step < cfg.n_grpo_steps}

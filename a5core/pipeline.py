@@ -1,14 +1,19 @@
-"""Glue shared by the training stages: the periodic evaluation closure and saving a policy folder."""
+"""Glue shared by the training stages: the periodic evaluation closure, and saving a policy folder together
+with its validation metrics so that the next stage can start its curve (EI round 0, GRPO step 0) without
+evaluating the same weights again."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from a5core.artifacts import write_json
+from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig
 from a5core.evaluation import evaluate_policy
 from a5core.grader.pool import GraderPool
 
 SCALAR_METRICS = ("accuracy", "format_rate", "mean_response_length", "mean_token_entropy", "mean_length_correct", "mean_length_incorrect")
+VALIDATION_FILE = "validation.json"
 
 
 def make_eval_fn(tokenizer, backend, val_rows: list[dict], cfg: EvalConfig, pool: GraderPool):
@@ -22,9 +27,30 @@ def make_eval_fn(tokenizer, backend, val_rows: list[dict], cfg: EvalConfig, pool
     return evaluate_fn
 
 
-def save_policy(policy, tokenizer, out: str | Path, prov: dict) -> None:
+def validation_protocol(cfg: EvalConfig, validation_path: str) -> str:
+    """Hash of what a full validation measurement depends on besides the weights: protocol and data."""
+    return fingerprint({"validation": cfg}, {"validation": validation_path})
+
+
+def saved_validation(model_dir: str | Path, protocol: str) -> dict | None:
+    """The metrics stored with a policy folder, if they were measured under `protocol` (else None).
+
+    Evaluation is seeded and batch order is fixed, so these equal what evaluating the folder again would give.
+    """
+    path = Path(model_dir) / VALIDATION_FILE
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved["metrics"] if saved.get("protocol") == protocol else None
+
+
+def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: tuple[str, dict] | None = None) -> None:
+    """Model + tokenizer + provenance.json, and (protocol, final validation metrics) as validation.json."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(out)
     tokenizer.save_pretrained(out)
     write_json(prov, out / "provenance.json")
+    if validation:
+        protocol, metrics = validation
+        write_json({"protocol": protocol, "metrics": {k: metrics[k] for k in SCALAR_METRICS}}, out / VALIDATION_FILE)

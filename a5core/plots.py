@@ -45,8 +45,12 @@ def _save(fig, out: Path, name: str) -> str:
     return name
 
 
-def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
-    """Draw every figure into `out`; returns summary rows (method, run, accuracy, figure)."""
+def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tuple[str, str, float, str]]:
+    """Draw every figure into `out`; returns summary rows (method, run, accuracy, figure).
+
+    `runs` names the configured runs per family ({"sft": [...], "ei": [...], "grpo": [...]}, from params.yaml),
+    so results left in the workspace by runs that were since removed from params are not drawn.
+    """
     out.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, float, str]] = []
     base = json.loads((results / "baseline" / "metrics.json").read_text())
@@ -56,7 +60,7 @@ def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
     ax.set_title("zero-shot baseline categories")
     rows.append(("zero-shot", "baseline", base["accuracy"], _save(fig, out, "baseline_categories.png")))
 
-    sft = {d.name: d for d in sorted((results / "sft").glob("*")) if (d / "metrics.json").exists()}
+    sft = _run_dirs(results, "sft", runs)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     _lines(axes[0], {k: read_csv(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
     finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
@@ -66,18 +70,18 @@ def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
     name = _save(fig, out, "sft.png")
     rows += [("SFT", k, m["accuracy"], name) for k, m in finals.items()]
 
-    ei = sorted((results / "ei").glob("round_*/metrics.json"), key=lambda p: int(p.parent.name.split("_")[1]))
+    ei = _run_dirs(results, "ei", runs)
     if ei:
-        ms = [json.loads(p.read_text()) for p in ei]
+        rounds = {k: read_csv(d / "logs" / "rounds.csv") for k, d in ei.items()}
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        axes[0].plot([m["round"] for m in ms], [m["accuracy"] for m in ms], marker="o")
-        axes[0].set_title("EI validation accuracy per round")
-        axes[1].plot([m["round"] for m in ms], [m["mean_token_entropy"] for m in ms], marker="o")
-        axes[1].set_title("EI response entropy per round")
+        _lines(axes[0], rounds, "round", "accuracy", "EI validation accuracy per round (0 = initial policy)")
+        _lines(axes[1], rounds, "round", "mean_token_entropy", "EI response entropy per round")
         name = _save(fig, out, "ei.png")
-        rows += [("EI", f"round {m['round']}", m["accuracy"], name) for m in ms]
+        for k, d in ei.items():
+            m = json.loads((d / "metrics.json").read_text())
+            rows.append(("EI", f"{k}, {m['rounds']} rounds (from {m['initial_accuracy']:.3f})", m["accuracy"], name))
 
-    grpo = {d.name: d for d in sorted((results / "grpo").glob("*")) if (d / "metrics.json").exists()}
+    grpo = _run_dirs(results, "grpo", runs)
     if grpo:
         evals = {k: read_csv(d / "logs" / "eval.csv") for k, d in grpo.items()}
         train = {k: read_csv(d / "logs" / "train.csv") for k, d in grpo.items()}
@@ -93,6 +97,14 @@ def make_plots(results: Path, out: Path) -> list[tuple[str, str, float, str]]:
             m = json.loads((d / "metrics.json").read_text())
             rows.append(("GRPO", k, m["accuracy"], name))
     return rows
+
+
+def _run_dirs(results: Path, family: str, runs: dict[str, list[str]]) -> dict[str, Path]:
+    dirs = {name: results / family / name for name in runs.get(family, [])}
+    missing = [str(d / "metrics.json") for d in dirs.values() if not (d / "metrics.json").exists()]
+    if missing:
+        raise FileNotFoundError(f"plots: no results for configured runs: {missing}")
+    return dirs
 
 
 def write_sft_sizes(finals: dict[str, dict], path: Path) -> None:

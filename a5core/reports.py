@@ -37,3 +37,22 @@ def filter_report(total: list[dict], kept: list[dict], rejected: list[dict], sta
     for r in rejected[:8]:
         lines.append(f"| {r['unique_id']} | {r['status']} | {_clip(r['extracted'], 40)} | {_clip(r['ground_truth'], 40)} |")
     return "\n".join(lines) + "\n"
+
+
+def ei_report(run: str, reports: list[dict]) -> str:
+    """One row per Expert Iteration round (round 0 = the initial policy), then each round's data details."""
+    lines = [f"# Expert Iteration: {run}", "", "| round | accuracy | format rate | entropy | rollouts | correct | kept | retention "
+             "| zero-correct questions | all-correct questions | duplicates removed | removed by cap |", "|---" * 12 + "|"]
+    for r in reports:
+        if r["round"] == 0:
+            lines.append(f"| 0 (initial policy) | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |" + " |" * 8)
+            continue
+        lines.append(f"| {r['round']} | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} | {r['rollouts']} "
+                     f"| {r['correct']} | {r['kept']} | {r['retention']:.1%} | {r['share_zero_correct']:.1%} | {r['share_all_correct']:.1%} "
+                     f"| {r['duplicates_removed']} | {r['removed_by_cap']} |")
+    for r in reports[1:]:
+        lines += ["", f"## Round {r['round']}" + ("" if r["trained"] else " (not trained: no correct rollout)"), "",
+                  f"- questions by number of correct samples: {json.dumps(r['success_counts'], sort_keys=True)}",
+                  f"- kept by subject: {json.dumps(r['kept_by_subject'], sort_keys=True)}; by level: {json.dumps(r['kept_by_level'], sort_keys=True)}",
+                  f"- mean response length (tokens): kept {r['mean_length_kept']:.1f}, all rollouts {r['mean_length_all']:.1f}"]
+    return "\n".join(lines) + "\n"

@@ -29,3 +29,10 @@ def setup_torch(seed: int = 0) -> torch.device:
 def rows(path: str, required: list[str] | None = None, limit: int = 0) -> list[dict]:
     out = read_parquet(path, required).to_pylist()
     return out[:limit] if limit else out
+
+
+def remove(path: str) -> None:
+    """Delete a scratch folder if it exists."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -10,7 +10,7 @@ from a5core.sft_data import filter_traces
 
 def main() -> None:
     a = stage.args("sft", "out", "metrics", "report")
-    cfg = load_section(EvalConfig, "eval", a.params)
+    cfg = load_section(EvalConfig, "validation", a.params)
     rows = stage.rows(a.sft, SFT_SCHEMA.names)
     with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
         kept, rejected, stats = filter_traces(rows, pool)

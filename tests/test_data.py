@@ -90,9 +90,11 @@ def test_every_profile_parses_into_the_typed_sections():
     for f in [root / "params.yaml", *sorted((root / "profiles").glob("*.yaml"))]:
         p = yaml.safe_load(f.read_text())
         for name, cls in {"model": ModelConfig, "data": DataConfig, "generation": GenerationConfig, "eval": EvalConfig,
-                          "sft": SFTConfig, "ei": EIConfig, "grpo": GRPOConfig}.items():
+                          "validation": EvalConfig, "sft": SFTConfig, "ei": EIConfig, "grpo": GRPOConfig}.items():
             from_dict(cls, p[name], f"{f.name}:{name}")
         for run, over in p["grpo_runs"].items():
             from_dict(GRPOConfig, {**p["grpo"], **over}, f"{f.name}:grpo_runs.{run}")
+        for run, over in p["ei_runs"].items():
+            from_dict(EIConfig, {**p["ei"], **over}, f"{f.name}:ei_runs.{run}")
         for run, spec in p["sft_runs"].items():
             from_dict(SFTRun, spec, f"{f.name}:sft_runs.{run}")

@@ -130,3 +130,17 @@ def test_top_p_keeps_the_nucleus():
     draws = {int(sample_next(logits, 1.0, 0.7)) for _ in range(200)}
     assert draws == {0, 1}
     assert int(sample_next(logits, 0.0, 1.0)) == 0
+
+
+def test_sampling_follows_the_softmax_distribution():
+    from a5core.generation.hf import sample_next
+
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = torch.log(p).repeat(4000, 1)  # (4000, 4): one draw per row
+    torch.manual_seed(0)
+    freq = torch.bincount(torch.cat([sample_next(logits, 1.0, 1.0) for _ in range(5)]), minlength=4).float() / 20000
+    assert torch.allclose(freq, p, atol=0.015)  # binomial std <= 0.0036 per cell
+    hot = torch.log(torch.tensor([[0.5, 0.5, 0.0, 0.0]]))  # zero-probability tokens are never drawn
+    assert {int(sample_next(hot, 1.0, 1.0)) for _ in range(100)} <= {0, 1}
+    sharp = sample_next(torch.log(p).repeat(2000, 1), 0.25, 1.0)  # low temperature concentrates on the mode
+    assert (sharp == 0).float().mean() > 0.85

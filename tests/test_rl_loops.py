@@ -8,7 +8,7 @@ import a5core.ei as ei_mod
 import a5core.grpo as grpo_mod
 from a5core.checkpoint import Checkpointer
 from a5core.config import ConfigError, EvalConfig
-from a5core.ei import EIConfig, NoCorrectSamples, ei_round
+from a5core.ei import EIConfig, NoCorrectSamples, ei_round, expert_iteration
 from a5core.generation.base import Completion
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.logprobs import get_response_log_probs
@@ -157,3 +157,70 @@ def test_time_budget_stops_evaluates_and_reports_best(tiny):
     # the budget is spent before the first step: no training, one final evaluation, reported as stopped
     assert summary["stopped_by_time_budget"] and summary["steps_done"] == 0
     assert [k for k, _ in rows] == ["eval"] and summary["best_step"] == 0
+
+
+def _run_ei(model, tok, scratch, cfg, log=None):
+    rows = []
+    out = expert_iteration(model, tok, StubBackend(tok, [" good one", " bad", " good two"]), ROWS, cfg,
+                           SFTConfig(batch_size=4, micro_batch_size=2, learning_rate=1e-3, eval_every=0, checkpoint_every=1),
+                           EvalConfig(), StubPool(), eval_stub, scratch, "fp", log or (lambda kind, row: rows.append((kind, row))))
+    return out, rows
+
+
+def test_expert_iteration_runs_n_rounds_from_round_zero(tiny, tmp_path):
+    model, tok = tiny
+    policy = copy.deepcopy(model)
+    before = _margin(policy, tok)
+    (rollouts, reports), rows = _run_ei(policy, tok, str(tmp_path), EIConfig(n_rounds=3, n_questions=2, rollouts_per_question=3, learning_rate=1e-3))
+    assert [r["round"] for r in reports] == [0, 1, 2, 3]
+    assert [r["round"] for k, r in rows if k == "rounds"] == [0, 1, 2, 3]
+    assert sorted({r["round"] for r in rollouts}) == [1, 2, 3] and len(rollouts) == 3 * 2 * 3
+    assert all(r["kept"] == ("good" in r["response"]) for r in rollouts)  # two distinct correct answers, cap 2
+    assert {r["round"] for k, r in rows if k == "train"} == {1, 2, 3}  # each round's SFT steps, tagged with the round
+    assert _margin(policy, tok) > before  # SFT on the kept " good ..." rollouts
+
+
+def test_expert_iteration_resumes_after_a_kill(tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    cfg = EIConfig(n_rounds=3, n_questions=2, rollouts_per_question=3, learning_rate=1e-3)
+    straight = copy.deepcopy(model)
+    (_, reports_straight), rows_straight = _run_ei(straight, tok, str(tmp_path / "a"), cfg)
+    real_round, calls = ei_mod.ei_round, []
+
+    def dies_in_round_3(*a, **kw):
+        calls.append(a[4])
+        if a[4] == 3 and len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_round(*a, **kw)
+
+    monkeypatch.setattr(ei_mod, "ei_round", dies_in_round_3)
+    with pytest.raises(KeyboardInterrupt):
+        _run_ei(copy.deepcopy(model), tok, str(tmp_path / "b"), cfg)
+    resumed = copy.deepcopy(model)
+    (rollouts, reports), rows = _run_ei(resumed, tok, str(tmp_path / "b"), cfg)
+    assert calls == [1, 2, 3, 3]  # rounds 1 and 2 were not redone
+    assert [r["round"] for r in reports] == [0, 1, 2, 3] and len(rollouts) == 18
+    assert [(k, r["round"]) for k, r in rows] == [(k, r["round"]) for k, r in rows_straight]  # logs replayed, none lost
+    for p, q in zip(straight.parameters(), resumed.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_ei_config_rejects_zero_rounds():
+    from a5core.config import from_dict
+
+    with pytest.raises(ConfigError, match="n_rounds"):
+        from_dict(EIConfig, {"n_rounds": 0}, "ei")
+
+
+def test_evaluation_averages_over_samples_per_example(tiny):
+    from a5core.evaluation import evaluate_policy
+
+    model, tok = tiny
+    backend = StubBackend(tok, [" good", " bad", " bad"])  # sample j of every prompt is texts[j % 3]
+    records, metrics = evaluate_policy(model, tok, backend, ROWS[:4], EvalConfig(samples_per_example=3), StubPool(), progress=False)
+    assert len(records) == 12 and [r["sample_index"] for r in records[:3]] == [0, 1, 2]
+    assert metrics["n"] == 12 and metrics["accuracy"] == pytest.approx(1 / 3)
+    with pytest.raises(ConfigError, match="samples_per_example"):
+        from a5core.config import from_dict
+
+        from_dict(EvalConfig, {"samples_per_example": 0}, "validation")

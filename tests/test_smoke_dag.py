@@ -1,5 +1,6 @@
 """End to end on the smoke profile (tiny random model): `dvc repro` of the whole DAG, a cached rerun, then
-`dvc exp run -S` on a GRPO param (only GRPO and plots re-run) and `dvc plots diff` against the baseline."""
+`dvc exp run -S` on a GRPO param (only GRPO and plots re-run), `dvc plots diff` against the baseline, and
+`dvc exp run -S` on an `eval` param (only baseline_eval and plots re-run)."""
 import json
 import os
 import shutil
@@ -41,8 +42,15 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran
+    rounds = (work / "results" / "ei" / "G2" / "logs" / "rounds.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2"], rounds  # round 0 = the initial policy
     r = run("dvc", "plots", "diff", "HEAD", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     grpo = json.loads(r.stdout)["data"]["GRPO validation accuracy vs step"]
     revs = {v["rev"] for e in grpo for v in e["content"]["data"]["values"]}
     assert revs == {"HEAD", "workspace"}, revs
+    # the zero-shot eval's params rerun only the zero-shot eval (and the plots that read its metrics)
+    r = run("dvc", "exp", "run", "-S", "eval.n_examples=4")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
+    assert ran == {"baseline_eval", "plots"}, ran

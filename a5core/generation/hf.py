@@ -44,7 +44,12 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch
         drop = sorted_p.cumsum(-1) - sorted_p > top_p  # (b, V): mass before this token already exceeds top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (b, V)
-    return torch.multinomial(probs, 1).squeeze(-1)  # (b,)
+    # Inverse-CDF sampling: one uniform per row. torch.multinomial draws an exponential per vocabulary entry
+    # (70 ms for 48 x 49k on this CPU, ~10% of generation time); this takes ~4 ms. float64 keeps the cdf exact
+    # enough that tail tokens keep their probability; zero-probability tokens are never returned (right=True).
+    cdf = probs.double().cumsum(-1)  # (b, V)
+    u = torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]  # (b, 1)
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (b,)
 
 
 class HFBackend:
