@@ -35,7 +35,8 @@ def generate_and_grade(backend: Backend, rows: list[dict], prompt: str, sampling
         {"unique_id": r["unique_id"], "sample_index": j, "prompt": p, "response": c.text, "ground_truth": r["answer"],
          "extracted": g["extracted"], "status": g["status"], "format_reward": g["format_reward"],
          "answer_reward": g["answer_reward"], "reward": g["reward"], "output_tokens": len(c.token_ids),
-         "finish_reason": c.finish_reason, "subject": r.get("subject", ""), "level": r.get("level", ""), "token_ids": c.token_ids}
+         "finish_reason": c.finish_reason, "subject": r.get("subject", ""), "level": r.get("level", ""), "token_ids": c.token_ids,
+         "token_entropies": c.token_entropies}
         for (r, p, j, c), g in zip(flat, grades)
     ]
 
@@ -72,9 +73,22 @@ def evaluate(backend: Backend, rows: list[dict], prompt: str, sampling: Sampling
     return records, summarize(records)
 
 
-@torch.inference_mode()
 def response_entropies(policy, tokenizer, records: list[dict], batch_size: int = 16) -> list[float]:
-    """Mean next-token entropy over each record's response tokens under `policy`."""
+    """Mean next-token entropy over each record's response tokens under `policy`, the policy that generated them.
+
+    Taken from generation where the backend recorded it (hf: the very distributions the tokens were sampled
+    from); otherwise (vLLM, empty responses) one teacher-forced forward pass computes it.
+    """
+    out = [sum(r["token_entropies"]) / len(r["token_entropies"]) if r.get("token_entropies") else None for r in records]
+    missing = [i for i, e in enumerate(out) if e is None]
+    for i, e in zip(missing, forward_entropies(policy, tokenizer, [records[i] for i in missing], batch_size)):
+        out[i] = e
+    return out
+
+
+@torch.inference_mode()
+def forward_entropies(policy, tokenizer, records: list[dict], batch_size: int = 16) -> list[float]:
+    """Mean next-token entropy over each record's response tokens, by a teacher-forced forward pass."""
     from a5core.logprobs import get_response_log_probs
     from a5core.tokenization import pad_token_id, tokenize_ids
 
@@ -114,5 +128,5 @@ def evaluate_policy(policy, tokenizer, backend: Backend, rows: list[dict], cfg, 
 
 
 def storable(records: list[dict]) -> list[dict]:
-    """Records without the in-memory-only token ids."""
-    return [{k: v for k, v in r.items() if k != "token_ids"} for r in records]
+    """Records without the in-memory-only token ids and entropies."""
+    return [{k: v for k, v in r.items() if k not in ("token_ids", "token_entropies")} for r in records]

@@ -190,7 +190,8 @@ def train_grpo(policy, tokenizer, backend, train_rows: list[dict], cfg: GRPOConf
             perm = random.Random(cfg.seed + 7919 * step + epoch).sample(range(len(records)), len(records))
             for s in range(0, len(perm), cfg.train_batch_size):
                 stats = optimizer_step(policy, opt, cfg, perm[s : s + cfg.train_batch_size], data, device)
-                record("train", {"step": step + 1, "epoch": epoch, **stats, **rollout_stats(records, meta),
+                n_opt = sum(kind == "train" for kind, _ in logs) + 1  # optimizer steps so far (> step when off-policy)
+                record("train", {"step": step + 1, "epoch": epoch, "optimizer_step": n_opt, **stats, **rollout_stats(records, meta),
                                  "wall_s": time.monotonic() - t_start})
         # eval -> save
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.n_grpo_steps:

@@ -98,3 +98,49 @@ def test_every_profile_parses_into_the_typed_sections():
             from_dict(EIConfig, {**p["ei"], **over}, f"{f.name}:ei_runs.{run}")
         for run, spec in p["sft_runs"].items():
             from_dict(SFTRun, spec, f"{f.name}:sft_runs.{run}")
+
+
+def test_hf_dataset_source_through_a_fake_datasets_module(monkeypatch):
+    """No hub here: a stand-in `datasets` module checks what `hf:` asks for and feeds MATH / GSM8K records."""
+    import sys
+    import types
+
+    from a5core.data import adapters
+
+    calls = []
+    fake = {("hendrycks/competition_math", None, "test"): [{"problem": "What is $1+1$?", "solution": "So $\\boxed{2}$.",
+                                                              "type": "Algebra", "level": "Level 1"}],
+            ("gsm8k", "main", "train"): [{"question": "Tom has 3 apples and eats 1. How many are left?", "answer": "3 - 1 = 2\n#### 2"}]}
+    mod = types.ModuleType("datasets")
+    mod.load_dataset = lambda name, config, split: calls.append((name, config, split)) or fake[(name, config, split)]
+    monkeypatch.setitem(sys.modules, "datasets", mod)
+    math_rows = adapters.load_problems("hf:hendrycks/competition_math:test")
+    gsm_rows = adapters.load_problems("hf:gsm8k:main:train")
+    assert calls == [("hendrycks/competition_math", None, "test"), ("gsm8k", "main", "train")]
+    assert (math_rows[0]["answer"], math_rows[0]["subject"], math_rows[0]["level"]) == ("2", "Algebra", "Level 1")
+    assert gsm_rows[0]["answer"] == "2"
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed: a clear error, not an ImportError trace
+    with pytest.raises(adapters.DataError, match=r"pip install -e '\.\[data\]'"):
+        adapters.load_problems("hf:gsm8k:main:train")
+
+
+def test_hf_model_source_records_the_resolved_revision(tmp_path, monkeypatch):
+    """`hf:<repo>@<rev>` through a stand-in snapshot_download: the snapshot is copied and its commit recorded."""
+    import huggingface_hub
+
+    from a5core.config import ModelConfig
+    from a5core.model_io import build_tiny_model, fetch_model
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "snapshots" / commit
+    model, tok = build_tiny_model()
+    model.save_pretrained(snapshot)
+    tok.save_pretrained(snapshot)
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, revision=None, allow_patterns=None: calls.append((repo, revision, allow_patterns)) or str(snapshot))
+    record = fetch_model(ModelConfig(source="hf:org/tiny-math@v1.0"), tmp_path / "models" / "base")
+    assert record == {"source": "hf:org/tiny-math@v1.0", "repo": "org/tiny-math", "revision": commit}
+    assert calls[0][:2] == ("org/tiny-math", "v1.0") and "*.safetensors" in calls[0][2]
+    assert (tmp_path / "models" / "base" / "model.safetensors").exists()
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["base"]  # built beside, then renamed: no temp left

@@ -21,12 +21,14 @@ def test_hf_backend_n_samples_finish_reasons_and_stop(tiny):
     assert all(c.finish_reason == "length" and len(c.token_ids) == 6 for o in out for c in o)
     # Stop handling on generated ids: text is cut right after the stop string, ids past it are dropped.
     ids = tok(" 2 + 3 = 5. </think> <answer>5</answer> extra words", add_special_tokens=False)["input_ids"]
-    c = be._completion(list(ids), SamplingConfig(stop=["</answer>"]))
+    fake_ent = [0.1 * i for i in range(len(ids))]
+    c = be._completion(list(ids), fake_ent, SamplingConfig(stop=["</answer>"]))
     assert c.text == " 2 + 3 = 5. </think> <answer>5</answer>" and c.finish_reason == "stop"
     assert tok.decode(list(c.token_ids)) == c.text
-    c = be._completion(list(ids) + [tok.eos_token_id, tok.eos_token_id], SamplingConfig(stop=["</nope>"]))
+    assert c.token_entropies == tuple(fake_ent[: len(c.token_ids)])  # entropies follow the kept tokens
+    c = be._completion(list(ids) + [tok.eos_token_id, tok.eos_token_id], fake_ent + [0.0, 0.0], SamplingConfig(stop=["</nope>"]))
     assert c.finish_reason == "stop" and len(c.token_ids) == len(ids)  # eos ends it
-    c = be._completion(list(ids), SamplingConfig(stop=["</nope>"]))
+    c = be._completion(list(ids), fake_ent, SamplingConfig(stop=["</nope>"]))
     assert c.finish_reason == "length"
 
 
@@ -144,3 +146,20 @@ def test_sampling_follows_the_softmax_distribution():
     assert {int(sample_next(hot, 1.0, 1.0)) for _ in range(100)} <= {0, 1}
     sharp = sample_next(torch.log(p).repeat(2000, 1), 0.25, 1.0)  # low temperature concentrates on the mode
     assert (sharp == 0).float().mean() > 0.85
+
+
+def test_generation_entropies_equal_a_teacher_forced_pass(tiny):
+    """The entropies the hf backend records while sampling are the ones a forward pass over the output gives."""
+    from a5core.evaluation import forward_entropies, response_entropies
+    from a5core.prompts import build_prompt
+
+    model, tok = tiny
+    prompts = [build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now please")]
+    out = HFBackend(model, tok, batch_size=8).generate(prompts, SamplingConfig(max_tokens=10, min_tokens=3, n=2, stop=[]), progress=False)
+    records = [{"prompt": p, "token_ids": c.token_ids, "token_entropies": c.token_entropies} for p, cs in zip(prompts, out) for c in cs]
+    assert all(len(r["token_entropies"]) == len(r["token_ids"]) > 0 for r in records)
+    from_generation = response_entropies(model, tok, records)
+    teacher_forced = forward_entropies(model, tok, records)
+    assert from_generation == pytest.approx(teacher_forced, abs=1e-4)
+    # without recorded entropies (the vLLM backend) the forward pass is used
+    assert response_entropies(model, tok, [{**r, "token_entropies": None} for r in records]) == pytest.approx(teacher_forced, abs=1e-6)

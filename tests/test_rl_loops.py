@@ -224,3 +224,21 @@ def test_evaluation_averages_over_samples_per_example(tiny):
         from a5core.config import from_dict
 
         from_dict(EvalConfig, {"samples_per_example": 0}, "validation")
+
+
+def test_expert_iteration_syncs_the_trained_weights_before_each_round(tiny, tmp_path):
+    """On the vLLM path the engine must sample round k from round k-1's policy: each round syncs first."""
+    model, tok = tiny
+    synced = []
+
+    class RecordingBackend(StubBackend):
+        def sync_weights(self, policy):
+            synced.append(next(policy.parameters()).detach().clone())
+
+    policy = copy.deepcopy(model)
+    expert_iteration(policy, tok, RecordingBackend(tok, [" good one", " bad"]), ROWS, EIConfig(n_rounds=3, n_questions=2, learning_rate=1e-3),
+                     SFTConfig(batch_size=4, micro_batch_size=2, learning_rate=1e-3, eval_every=0, checkpoint_every=0),
+                     EvalConfig(), StubPool(), eval_stub, None, "fp")
+    assert len(synced) == 3
+    assert torch.equal(synced[0], next(model.parameters()))  # round 1 samples from the initial policy
+    assert not torch.equal(synced[0], synced[1]) and not torch.equal(synced[1], synced[2])  # later rounds from the trained one

@@ -11,11 +11,16 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class Completion:
-    """One sampled continuation. `text` includes a matched stop string; `token_ids` are the generated ids."""
+    """One sampled continuation. `text` includes a matched stop string; `token_ids` are the generated ids.
+
+    `token_entropies`: entropy (nats) of the policy's untempered next-token distribution at each generated
+    token, when the backend computes it while sampling (hf); None where it does not (vLLM).
+    """
 
     text: str
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
+    token_entropies: tuple[float, ...] | None = None
 
 
 class Backend(Protocol):

@@ -4,7 +4,8 @@ A hand-written sampling loop over the model's KV cache (rather than `model.gener
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
 little; stop strings end a sequence and are kept in the text; bf16 autocast is used where the CPU has
 native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the policy
-object itself, so a weight "sync" is the identity (no copy can go stale).
+object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
+distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def autocast_context(device: torch.device, dtype_pref: str = "auto"):
     """bf16 autocast where it is fast (CUDA, or CPUs with AMX/AVX512-BF16); a no-op context otherwise."""
     use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and (device.type == "cuda" or cpu_has_fast_bf16()))
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
+
+
+def entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) per row: (b, V) -> (b,). Same formula as `compute_entropy`."""
+    logp = torch.log_softmax(logits, dim=-1)  # (b, V)
+    return -(logp.exp() * logp).sum(-1)  # (b,)
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -121,18 +128,21 @@ class HFBackend:
         ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
         eos = self.tokenizer.eos_token_id
         new: list[list[int]] = [[] for _ in range(b)]
+        ents: list[list[float]] = [[] for _ in range(b)]  # entropy of the distribution each new token came from
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
         with autocast_context(device, self.dtype):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
+                ent = entropy_of(logits).tolist()  # (a,): before min_tokens masking and temperature, like training sees it
                 if t < sampling.min_tokens and eos is not None:
                     logits[:, eos] = float("-inf")
                 nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
                 nxt[alive] = sample_next(logits, sampling.temperature, sampling.top_p).cpu()
-                for r in alive.tolist():
+                for j, r in enumerate(alive.tolist()):
                     new[r].append(int(nxt[r]))
+                    ents[r].append(ent[j])
                     done[r] = self._finished(new[r], sampling, eos)
                 if bool(done.all()) or t + 1 == sampling.max_tokens:
                     break
@@ -144,7 +154,7 @@ class HFBackend:
                 pos = pos[:, -1:] + 1  # (a, 1)
                 out = self.model(input_ids=nxt[alive][:, None].to(device), attention_mask=mask, position_ids=pos,
                                  past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
-        return [self._completion(x, sampling) for x in new]
+        return [self._completion(x, e, sampling) for x, e in zip(new, ents)]
 
     def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
         if eos is not None and ids[-1] == eos:
@@ -154,7 +164,7 @@ class HFBackend:
         tail = self.tokenizer.decode(ids[-self.STOP_TAIL_TOKENS:], skip_special_tokens=True)
         return any(s in tail for s in sampling.stop)
 
-    def _completion(self, new_ids: list[int], sampling: SamplingConfig) -> Completion:
+    def _completion(self, new_ids: list[int], entropies: list[float], sampling: SamplingConfig) -> Completion:
         eos = self.tokenizer.eos_token_id
         if eos in new_ids:
             new_ids = new_ids[: new_ids.index(eos)]
@@ -169,4 +179,4 @@ class HFBackend:
             keep = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             new_ids = new_ids[:keep]
         reason = "stop" if (stopped or stopped_by_eos) else "length"
-        return Completion(text=text, token_ids=tuple(new_ids), finish_reason=reason)
+        return Completion(text=text, token_ids=tuple(new_ids), finish_reason=reason, token_entropies=tuple(entropies[: len(new_ids)]))
