@@ -6,6 +6,7 @@ Each field's one-line doc is the comment after it. `load_section(path, name, cls
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -72,9 +73,24 @@ def from_dict(cls, data: dict[str, Any] | None, section: str = ""):
     return obj
 
 
+class _Yaml12FloatLoader(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, where `3e-6` (no dot) is a string. DVC writes floats that way
+    (`dvc exp run -S grpo.learning_rate=3e-6`), so they are read as YAML 1.2 reads them: as floats."""
+
+
+_Yaml12FloatLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$"),
+    list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load, with YAML 1.2 floats (`1e-5`, `3E+2`)."""
+    return yaml.load(text, Loader=_Yaml12FloatLoader)
+
+
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    return load_yaml(Path(path).read_text()) or {}
 
 
 def load_section(cls, name: str, path: str | Path = "params.yaml", overrides: dict | None = None):

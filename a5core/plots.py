@@ -95,7 +95,9 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tup
         name = _save(fig, out, "grpo.png")
         for k, d in grpo.items():
             m = json.loads((d / "metrics.json").read_text())
-            rows.append(("GRPO", k, m["accuracy"], name))
+            start = [r["accuracy"] for r in evals[k] if r.get("step") == 0.0]
+            origin = f" (from {start[0]:.3f} at step 0)" if start else ""
+            rows.append(("GRPO", f"{k}, {m['steps_done']} steps{origin}", m["accuracy"], name))
     return rows
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from a5core.config import load_yaml, read_params
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -34,9 +36,10 @@ def main() -> None:
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = yaml.safe_load(Path(a.params).read_text())
-    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
-    params["grpo_runs"] = {"budget": {"n_grpo_steps": 100_000, **overrides, "time_budget_s": a.budget}}
+    params = read_params(a.params)
+    overrides = {k: load_yaml(v) for k, v in (s.split("=", 1) for s in a.set)}
+    # every evaluation on the same questions and samples as step 0 and the final one (eval_examples 0 = n_examples)
+    params["grpo_runs"] = {"budget": {"n_grpo_steps": 100_000, "eval_examples": 0, **overrides, "time_budget_s": a.budget}}
     params["validation"] = {**params["validation"], "n_examples": a.val_examples, "samples_per_example": a.samples}
     (out / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     scratch = Path("scratch") / "bench_grpo_budget"

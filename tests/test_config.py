@@ -44,3 +44,16 @@ def test_top_level_api_is_lazy_and_complete():
     code = "import sys, a5core.stage; print(sorted(m for m in sys.modules if m.startswith('a5core')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "a5core.dpo" not in out and "a5core.losses" not in out, out
+
+
+def test_params_read_floats_the_way_dvc_writes_them(tmp_path):
+    """`dvc exp run -S grpo.learning_rate=3e-6` writes `3e-6`, a string to YAML 1.1 (PyYAML): it must be a float."""
+    from a5core.config import read_params
+
+    p = tmp_path / "params.yaml"
+    p.write_text("grpo:\n  learning_rate: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n")
+    g = read_params(p)["grpo"]
+    assert g == {"learning_rate": 3e-6, "advantage_eps": 1e-6, "cliprange": 0.2, "seed": 7, "prompt": "1e-3"}
+    assert type(g["seed"]) is int
+    p.write_text(p.read_text().replace("prompt: '1e-3'", "prompt: r1_zero") + "grpo_runs:\n  a: {}\n")
+    assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).learning_rate == 3e-6

@@ -18,7 +18,7 @@ def _results(root):
     _write(root / "sft" / "stale" / "metrics.json", json.dumps({"accuracy": 0.9, "format_rate": 1.0, "examples": 99}))
     _write(root / "ei" / "G2" / "metrics.json", json.dumps({"accuracy": 0.5, "rounds": 2, "initial_accuracy": 0.25}))
     _write(root / "ei" / "G2" / "logs" / "rounds.csv", "round,accuracy,mean_token_entropy\n0,0.25,1.0\n1,0.375,0.9\n2,0.5,0.8\n")
-    _write(root / "grpo" / "r" / "metrics.json", json.dumps({"accuracy": 0.625}))
+    _write(root / "grpo" / "r" / "metrics.json", json.dumps({"accuracy": 0.625, "steps_done": 2}))
     _write(root / "grpo" / "r" / "logs" / "eval.csv", "step,accuracy,wall_s\n0,0.5,0\n2,0.625,10\n")
     _write(root / "grpo" / "r" / "logs" / "train.csv", "step,token_entropy,response_length,grad_norm,clip_fraction\n1,1,5,0.5,0\n")
 
@@ -31,6 +31,7 @@ def test_summary_has_one_row_per_configured_run(tmp_path):
     assert (tmp_path / "sft_by_size.csv").read_text().splitlines() == ["run,examples,accuracy,format_rate", "8,8,0.25,0.5"]
     md = summary_markdown(rows, "figures")
     assert "| EI | G2, 2 rounds (from 0.250) | 0.500 | [ei.png](figures/ei.png) |" in md
+    assert "| GRPO | r, 2 steps (from 0.500 at step 0) | 0.625 | [grpo.png](figures/grpo.png) |" in md
 
 
 def test_a_configured_run_without_results_is_an_error(tmp_path):

@@ -38,7 +38,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
-    r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=1e-3")
+    r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=3e-6")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran
