@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from a5core.config import SamplingConfig
 from a5core.generation.base import Completion, truncate_at_stop
+from a5core.logprobs import compute_entropy
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,12 +34,6 @@ def autocast_context(device: torch.device, dtype_pref: str = "auto"):
     """bf16 autocast where it is fast (CUDA, or CPUs with AMX/AVX512-BF16); a no-op context otherwise."""
     use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and (device.type == "cuda" or cpu_has_fast_bf16()))
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
-
-
-def entropy_of(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) per row: (b, V) -> (b,). Same formula as `compute_entropy`."""
-    logp = torch.log_softmax(logits, dim=-1)  # (b, V)
-    return -(logp.exp() * logp).sum(-1)  # (b,)
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -135,7 +130,7 @@ class HFBackend:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
-                ent = entropy_of(logits).tolist()  # (a,): before min_tokens masking and temperature, like training sees it
+                ent = compute_entropy(logits).tolist()  # (a,): before min_tokens masking and temperature, like training sees it
                 if t < sampling.min_tokens and eos is not None:
                     logits[:, eos] = float("-inf")
                 nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
