@@ -7,6 +7,7 @@ under `a5.provenance`, and next to folders (checkpoints) as `provenance.json`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -32,12 +33,23 @@ def code_revision() -> str:
 
 
 def hash_path(path: str | Path) -> str:
-    """SHA-256 of a file, or of a folder's files (names and contents, sorted)."""
+    """SHA-256 of a file, or of a folder's files (names and contents, sorted).
+
+    A stage hashes its input model twice (resume fingerprint, provenance); the second time is served from a
+    cache keyed by every file's size and modification time.
+    """
     path = Path(path)
-    h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+    return _hash_files(str(path), tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_files(root: str, files: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    is_dir = Path(root).is_dir()
+    for name, _, _ in files:
+        f = Path(name)
+        h.update(str(f.relative_to(root) if is_dir else f.name).encode())
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)

@@ -1,12 +1,14 @@
-"""Expert Iteration (Algorithm 2 of the handout): `n_rounds` rounds, each trained from the previous one.
+"""Expert Iteration (Algorithm 2 of the handout), one round per call.
 
-One round (`ei_round`): sample a batch D_b of training questions (seeded per round) -> G rollouts each with
+One round (`ei_round`): sample a batch D_b of training questions (seeded by the round) -> G rollouts each with
 the current policy through the shared backend -> grade -> keep correct rollouts (dedup by response text when
 enabled, at most `max_kept_per_question` per question so easy questions do not take over) -> the SFT loop of
-`a5core.sft` on the kept (prompt, response) pairs, starting from the current policy (fresh optimizer).
-`expert_iteration` evaluates the initial policy (round 0), runs the rounds, and checkpoints after each one.
-Deviation: the handout's rounds are separate runs of one script; here they are one loop (one DVC stage per
-EI configuration) whose per-round checkpoint lets a killed run continue from its last finished round.
+`a5core.sft` on the kept (prompt, response) pairs, starting from the current policy (fresh optimizer) ->
+validation of the trained policy.
+The pipeline runs round k as its own DVC stage, `ei_round_k@<run>`, which starts from round k-1's saved model
+(round 1: `ei.init_policy`), so DVC skips every round whose inputs did not change. Within a round, `scratch`
+keeps the graded rollouts (a crash during SFT does not generate again) and the SFT checkpoints.
+Each round appends one row to the run's history (`history_row`); row 0 is the initial policy.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from a5core.checkpoint import Checkpointer, rng_state, set_rng_state
+from a5core.checkpoint import Checkpointer
 from a5core.config import ConfigError, EvalConfig
 from a5core.evaluation import generate_and_grade, response_entropies
 from a5core.sft import SFTConfig, train_sft
@@ -27,6 +29,9 @@ ROLLOUT_SCHEMA = pa.schema([
     ("answer_reward", pa.float64()), ("reward", pa.float64()), ("status", pa.string()), ("output_tokens", pa.int32()),
     ("mean_token_entropy", pa.float64()), ("kept", pa.bool_()), ("round", pa.int32()),
 ])
+# The round report's scalars that go into the history table (rounds.csv) next to the validation metrics.
+ROUND_SCALARS = ("rollouts", "correct", "kept", "retention", "share_zero_correct", "share_all_correct", "duplicates_removed",
+                 "removed_by_cap", "mean_length_kept", "mean_token_entropy_rollouts", "trained")
 
 
 class NoCorrectSamples(RuntimeError):
@@ -35,8 +40,7 @@ class NoCorrectSamples(RuntimeError):
 
 @dataclass(frozen=True)
 class EIConfig:
-    init_policy: str = "sft_filtered"  # model folder under models/ to start round 1 from (base = the fetched model)
-    n_rounds: int = 5  # n_ei: Expert Iteration rounds
+    init_policy: str = "sft_filtered"  # model folder under models/ that round 1 starts from (base = the fetched model)
     n_questions: int = 512  # D_b: questions sampled per round
     rollouts_per_question: int = 4  # G: samples per question
     max_kept_per_question: int = 2  # cap on correct samples kept per question (0 = no cap)
@@ -47,8 +51,8 @@ class EIConfig:
     if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on untrained
 
     def validate(self) -> None:
-        if self.n_rounds < 1 or self.n_questions < 1 or self.rollouts_per_question < 1:
-            raise ConfigError("ei: n_rounds, n_questions and rollouts_per_question must be >= 1")
+        if self.n_questions < 1 or self.rollouts_per_question < 1 or self.max_kept_per_question < 0 or self.sft_epochs < 1:
+            raise ConfigError("ei: n_questions, rollouts_per_question and sft_epochs must be >= 1, max_kept_per_question >= 0")
 
 
 def select_kept(records: list[dict], max_per_question: int, dedup: bool) -> tuple[list[dict], dict]:
@@ -84,16 +88,37 @@ def round_report(records: list[dict], kept: list[dict], counts: dict, g: int) ->
             "success_counts": dict(Counter(per_q.get(q, 0) for q in questions)), **counts}
 
 
-def ei_round(policy, tokenizer, backend, train_rows: list[dict], round_idx: int, cfg: EIConfig, sft_cfg: SFTConfig,
-             ev: EvalConfig, pool, evaluate_fn, ckpt=None, log=lambda kind, row: None) -> tuple[list[dict], dict, dict]:
-    """One EI round; trains `policy` in place. Returns (rollout rows, round report, final eval metrics)."""
+def graded_rollouts(policy, tokenizer, backend, train_rows: list[dict], round_idx: int, cfg: EIConfig, ev: EvalConfig, pool,
+                    ckpt: Checkpointer | None = None) -> tuple[list[dict], list[float]]:
+    """G graded samples for each of D_b questions from `policy`, with each response's mean token entropy.
+
+    With `ckpt`, a previous attempt's result is returned instead of generating again, and a new one is saved.
+    """
+    saved = ckpt.load() if ckpt else None
+    if saved:
+        return saved["records"], saved["entropies"]
     questions = random.Random(cfg.seed * 1000 + round_idx).sample(train_rows, min(cfg.n_questions, len(train_rows)))
-    backend.sync_weights(policy)
+    backend.sync_weights(policy)  # on vLLM: push (and verify) the policy this round starts from
     sampling = replace(ev.sampling(cfg.rollouts_per_question), seed=ev.seed * 1000 + round_idx)
     records = generate_and_grade(backend, questions, ev.prompt, sampling, pool)
     entropies = response_entropies(policy, tokenizer, records)
+    if ckpt:
+        ckpt.save({"records": records, "entropies": entropies})
+    return records, entropies
+
+
+def ei_round(policy, tokenizer, backend, train_rows: list[dict], round_idx: int, cfg: EIConfig, sft_cfg: SFTConfig,
+             ev: EvalConfig, pool, evaluate_fn, scratch: str | None = None, fp: str = "",
+             log=lambda kind, row: None) -> tuple[list[dict], dict, dict]:
+    """One EI round; trains `policy` in place. Returns (rollout rows, round report, validation metrics after it).
+
+    `scratch` (with fingerprint `fp` of everything the round depends on): where the graded rollouts and the SFT
+    checkpoints are kept so that a killed round resumes. The SFT rows go to `log` tagged with the round.
+    """
+    gen_ckpt = Checkpointer(f"{scratch}/rollouts", fp, 1) if scratch else None
+    records, entropies = graded_rollouts(policy, tokenizer, backend, train_rows, round_idx, cfg, ev, pool, gen_ckpt)
     kept, counts = select_kept(records, cfg.max_kept_per_question, cfg.dedup)
-    report = round_report(records, kept, counts, cfg.rollouts_per_question)
+    report = {**round_report(records, kept, counts, cfg.rollouts_per_question), "cap": cfg.max_kept_per_question, "dedup": cfg.dedup}
     kept_ids = {id(r) for r in kept}
     rollouts = [{**{k: r[k] for k in ROLLOUT_SCHEMA.names if k in r}, "mean_token_entropy": e, "kept": id(r) in kept_ids, "round": round_idx}
                 for r, e in zip(records, entropies)]
@@ -107,54 +132,20 @@ def ei_round(policy, tokenizer, backend, train_rows: list[dict], round_idx: int,
         return rollouts, {**report, "trained": False, "message": msg}, evaluate_fn(policy, 0)
     sft_rows = [{"unique_id": r["unique_id"], "prompt": r["prompt"], "response": r["response"]} for r in kept]
     round_sft = replace(sft_cfg, epochs=cfg.sft_epochs, learning_rate=cfg.learning_rate, seed=cfg.seed + round_idx, eval_every=0)
-    final = train_sft(policy, tokenizer, sft_rows, round_sft, evaluate_fn, ckpt, log)
+    sft_ckpt = Checkpointer(f"{scratch}/sft", fp, sft_cfg.checkpoint_every) if scratch else None
+    final = train_sft(policy, tokenizer, sft_rows, round_sft, evaluate_fn, sft_ckpt, lambda kind, row: log(kind, {"round": round_idx, **row}))
     return rollouts, {**report, "trained": True}, final
 
 
-ROUND_SCALARS = ("correct", "kept", "retention", "share_zero_correct", "share_all_correct", "duplicates_removed", "removed_by_cap",
-                 "mean_length_kept", "mean_token_entropy_rollouts", "trained")
+def history_row(round_idx: int, metrics: dict, report: dict | None = None) -> dict:
+    """One row of a run's history (rounds.csv): validation metrics after round `round_idx` (0 = the initial
+    policy, which has no round report) and the round report's scalars."""
+    return {"round": round_idx, **metrics, **({s: report[s] for s in ROUND_SCALARS} if report else {})}
 
 
-def expert_iteration(policy, tokenizer, backend, train_rows: list[dict], cfg: EIConfig, sft_cfg: SFTConfig, ev: EvalConfig, pool,
-                     evaluate_fn, scratch: str | None = None, fp: str = "", log=lambda kind, row: None,
-                     initial: dict | None = None) -> tuple[list[dict], list[dict]]:
-    """Rounds 1..n_rounds on `policy` in place. Returns (rollouts of every round, one report per round, round 0 first).
-
-    `log("rounds", row)` gets round 0 (the initial policy's validation metrics) and then each round's metrics
-    and report scalars; the rounds' SFT rows go to `log("train"/"eval", {"round": k, ...})`. With `scratch`, the state after
-    each round lives in `scratch/rounds` under fingerprint `fp` (which must not include n_rounds) and a
-    round's SFT steps in `scratch/round_sft`, so a killed run resumes where it stopped. `initial`: the initial
-    policy's metrics when already measured under the same protocol (round 0 is then not evaluated again).
-    """
-    rounds_ckpt = Checkpointer(f"{scratch}/rounds", fp, 1) if scratch else None
-    state = rounds_ckpt.load() if rounds_ckpt else None
-    if state and state["round"] > cfg.n_rounds:  # n_rounds was lowered: the saved run went past it, start over
-        state = None
-    logs, rollouts, reports = (state["logs"], state["rollouts"], state["reports"]) if state else ([], [], [])
-    for kind, row in logs:
-        log(kind, row)
-    if state:
-        policy.load_state_dict(state["model"])
-        set_rng_state(state["rng"])
-    record = lambda kind, row: (logs.append((kind, row)), log(kind, row))  # noqa: E731
-
-    def save(k: int) -> None:
-        if rounds_ckpt:
-            rounds_ckpt.save({"model": policy.state_dict(), "round": k, "logs": logs, "rollouts": rollouts, "reports": reports, "rng": rng_state()})
-
-    start = state["round"] if state else 0
-    if not state:  # round 0: where the rounds start from, on the same validation protocol
-        init = initial or evaluate_fn(policy, 0)
-        reports.append({"round": 0, **init})
-        record("rounds", {"round": 0, **init})
-        save(0)
-    for k in range(start + 1, cfg.n_rounds + 1):
-        sft_ckpt = Checkpointer(f"{scratch}/round_sft", f"{fp}:{k}", sft_cfg.checkpoint_every) if scratch else None
-        round_log = lambda kind, row, k=k: record(kind, {"round": k, **row})  # noqa: E731  (kept in logs, so a resume replays them)
-        rows, report, final = ei_round(policy, tokenizer, backend, train_rows, k, cfg, sft_cfg, ev, pool, evaluate_fn, sft_ckpt, round_log)
-        rollouts.extend(rows)
-        reports.append({"round": k, **final, **report})
-        record("rounds", {"round": k, **final, **{s: report[s] for s in ROUND_SCALARS}})
-        save(k)
-        print(f"EI round {k}/{cfg.n_rounds}: kept {report['kept']}/{report['rollouts']}, validation accuracy {final['accuracy']:.3f}")
-    return rollouts, reports
+def round_metrics(history: list[dict]) -> dict:
+    """The metrics.json of the last round in `history`: where it ended, where the run started, its best round."""
+    last, best = history[-1], max(history, key=lambda r: r["accuracy"])
+    keys = ("accuracy", "format_rate", "mean_token_entropy", "mean_response_length", "kept")
+    return {"round": int(last["round"]), **{k: last[k] for k in keys if k in last}, "initial_accuracy": history[0]["accuracy"],
+            "best_accuracy": best["accuracy"], "best_round": int(best["round"])}

@@ -10,24 +10,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def read_csv(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path) as f:
-        return [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
-def _num(v: str):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return v
+from a5core.runlog import read_log as read_csv  # noqa: E402
 
 
 def _lines(ax, series: dict[str, list[dict]], x: str, y: str, title: str) -> None:
     for name, rows in series.items():
-        pts = [(r[x], r[y]) for r in rows if isinstance(r.get(y), float) and isinstance(r.get(x), float)]
+        pts = [(r[x], r[y]) for r in rows if _is_num(r.get(y)) and _is_num(r.get(x))]
         if pts:
             ax.plot(*zip(*pts), marker="o", ms=3, label=name)
     ax.set_xlabel(x)
@@ -38,6 +26,10 @@ def _lines(ax, series: dict[str, list[dict]], x: str, y: str, title: str) -> Non
         ax.legend(fontsize=7)
 
 
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _save(fig, out: Path, name: str) -> str:
     fig.tight_layout()
     fig.savefig(out / name, dpi=90)
@@ -45,11 +37,12 @@ def _save(fig, out: Path, name: str) -> str:
     return name
 
 
-def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tuple[str, str, float, str]]:
+def make_plots(results: Path, out: Path, runs: dict[str, list[str]], ei_last: str = "") -> list[tuple[str, str, float, str]]:
     """Draw every figure into `out`; returns summary rows (method, run, accuracy, figure).
 
     `runs` names the configured runs per family ({"sft": [...], "ei": [...], "grpo": [...]}, from params.yaml),
-    so results left in the workspace by runs that were since removed from params are not drawn.
+    so results left in the workspace by runs that were since removed from params are not drawn. `ei_last`: the
+    results folder of an EI run's last round, with `{run}` for the run's name (its rounds.csv holds every round).
     """
     out.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, float, str]] = []
@@ -60,7 +53,7 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tup
     ax.set_title("zero-shot baseline categories")
     rows.append(("zero-shot", "baseline", base["accuracy"], _save(fig, out, "baseline_categories.png")))
 
-    sft = _run_dirs(results, "sft", runs)
+    sft = _run_dirs(str(results / "sft" / "{run}"), runs.get("sft", []))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     _lines(axes[0], {k: read_csv(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
     finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
@@ -70,7 +63,7 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tup
     name = _save(fig, out, "sft.png")
     rows += [("SFT", k, m["accuracy"], name) for k, m in finals.items()]
 
-    ei = _run_dirs(results, "ei", runs)
+    ei = _run_dirs(ei_last or str(results / "ei" / "{run}"), runs.get("ei", []))
     if ei:
         rounds = {k: read_csv(d / "logs" / "rounds.csv") for k, d in ei.items()}
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -79,9 +72,9 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tup
         name = _save(fig, out, "ei.png")
         for k, d in ei.items():
             m = json.loads((d / "metrics.json").read_text())
-            rows.append(("EI", f"{k}, {m['rounds']} rounds (from {m['initial_accuracy']:.3f})", m["accuracy"], name))
+            rows.append(("EI", f"{k}, {m['round']} rounds (from {m['initial_accuracy']:.3f})", m["accuracy"], name))
 
-    grpo = _run_dirs(results, "grpo", runs)
+    grpo = _run_dirs(str(results / "grpo" / "{run}"), runs.get("grpo", []))
     if grpo:
         evals = {k: read_csv(d / "logs" / "eval.csv") for k, d in grpo.items()}
         train = {k: read_csv(d / "logs" / "train.csv") for k, d in grpo.items()}
@@ -95,14 +88,14 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]]) -> list[tup
         name = _save(fig, out, "grpo.png")
         for k, d in grpo.items():
             m = json.loads((d / "metrics.json").read_text())
-            start = [r["accuracy"] for r in evals[k] if r.get("step") == 0.0]
+            start = [r["accuracy"] for r in evals[k] if r.get("step") == 0]
             origin = f" (from {start[0]:.3f} at step 0)" if start else ""
             rows.append(("GRPO", f"{k}, {m['steps_done']} steps{origin}", m["accuracy"], name))
     return rows
 
 
-def _run_dirs(results: Path, family: str, runs: dict[str, list[str]]) -> dict[str, Path]:
-    dirs = {name: results / family / name for name in runs.get(family, [])}
+def _run_dirs(pattern: str, names: list[str]) -> dict[str, Path]:
+    dirs = {name: Path(pattern.format(run=name)) for name in names}
     missing = [str(d / "metrics.json") for d in dirs.values() if not (d / "metrics.json").exists()]
     if missing:
         raise FileNotFoundError(f"plots: no results for configured runs: {missing}")

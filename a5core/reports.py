@@ -39,20 +39,23 @@ def filter_report(total: list[dict], kept: list[dict], rejected: list[dict], sta
     return "\n".join(lines) + "\n"
 
 
-def ei_report(run: str, reports: list[dict]) -> str:
-    """One row per Expert Iteration round (round 0 = the initial policy), then each round's data details."""
-    lines = [f"# Expert Iteration: {run}", "", "| round | accuracy | format rate | entropy | rollouts | correct | kept | retention "
+def ei_report(run: str, history: list[dict], report: dict) -> str:
+    """The report of one Expert Iteration round: every round so far (history rows, round 0 = the initial
+    policy), then this round's data details (`report`, from `a5core.ei.round_report`)."""
+    k = int(history[-1]["round"])
+    lines = [f"# Expert Iteration: {run}, round {k}", "", "| round | accuracy | format rate | entropy | rollouts | correct | kept | retention "
              "| zero-correct questions | all-correct questions | duplicates removed | removed by cap |", "|---" * 12 + "|"]
-    for r in reports:
+    for r in history:
+        head = f"| {r['round']:.0f}{' (initial policy)' if r['round'] == 0 else ''} | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |"
         if r["round"] == 0:
-            lines.append(f"| 0 (initial policy) | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |" + " |" * 8)
+            lines.append(head + " |" * 8)
             continue
-        lines.append(f"| {r['round']} | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} | {r['rollouts']} "
-                     f"| {r['correct']} | {r['kept']} | {r['retention']:.1%} | {r['share_zero_correct']:.1%} | {r['share_all_correct']:.1%} "
-                     f"| {r['duplicates_removed']} | {r['removed_by_cap']} |")
-    for r in reports[1:]:
-        lines += ["", f"## Round {r['round']}" + ("" if r["trained"] else " (not trained: no correct rollout)"), "",
-                  f"- questions by number of correct samples: {json.dumps(r['success_counts'], sort_keys=True)}",
-                  f"- kept by subject: {json.dumps(r['kept_by_subject'], sort_keys=True)}; by level: {json.dumps(r['kept_by_level'], sort_keys=True)}",
-                  f"- mean response length (tokens): kept {r['mean_length_kept']:.1f}, all rollouts {r['mean_length_all']:.1f}"]
+        lines.append(head + f" {r['rollouts']:.0f} | {r['correct']:.0f} | {r['kept']:.0f} | {r['retention']:.1%} | {r['share_zero_correct']:.1%} "
+                     f"| {r['share_all_correct']:.1%} | {r['duplicates_removed']:.0f} | {r['removed_by_cap']:.0f} |")
+    lines += ["", f"## Round {k}" + ("" if report["trained"] else " (not trained: no correct rollout)"), "",
+              f"- questions by number of correct samples: {json.dumps(report['success_counts'], sort_keys=True)}",
+              f"- kept by subject: {json.dumps(report['kept_by_subject'], sort_keys=True)}; by level: {json.dumps(report['kept_by_level'], sort_keys=True)}",
+              f"- mean response length (tokens): kept {report['mean_length_kept']:.1f}, all rollouts {report['mean_length_all']:.1f}",
+              f"- per-question cap {report['cap'] or 'none'}, dedup {'on' if report['dedup'] else 'off'}: {report['duplicates_removed']} "
+              f"duplicates and {report['removed_by_cap']} samples over the cap removed"]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""Per-step and per-eval logs as CSV files that `dvc plots` draws (rewritten atomically on each write)."""
+"""Per-step and per-eval logs as CSV files that `dvc plots` draws (rewritten atomically on each write), and
+their reader."""
 from __future__ import annotations
 
 import csv
@@ -23,3 +24,21 @@ class RunLog:
         w.writeheader()
         w.writerows(self.rows[kind])
         write_text(buf.getvalue(), self.folder / f"{kind}.csv")
+
+
+def read_log(path: str | Path) -> list[dict]:
+    """The rows of a RunLog CSV, numbers as int or float (other values stay strings); [] when there is no file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _num(v: str):
+    for tp in (int, float):
+        try:
+            return tp(v)
+        except (TypeError, ValueError):
+            pass
+    return v

@@ -9,10 +9,10 @@ from a5core.plots import make_plots, summary_markdown
 
 
 def main() -> None:
-    a = stage.args("results", "figures", "summary")
+    a = stage.args("results", "ei", "figures", "summary")
     params = read_params(a.params)
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei", "grpo")}
-    rows = make_plots(Path(a.results), Path(a.figures), runs)
+    rows = make_plots(Path(a.results), Path(a.figures), runs, ei_last=a.ei)
     write_text(summary_markdown(rows, os.path.relpath(a.figures, Path(a.summary).parent)), a.summary)
     print(f"{len(rows)} rows in {a.summary}")
 

@@ -1,7 +1,8 @@
 """The a5core modules each stage script can run, found from their import statements (the stages' DVC deps).
 
 `python -m tests.stage_deps` prints, for every script under stages/, the a5core paths its `deps:` in
-dvc.yaml must list (a package folder when every module in it is used). tests/test_dvc_deps.py checks that
+dvc.yaml must list (a package folder when every module in it is used). `python -m tests.stage_deps --ei-round K`
+prints the dvc.yaml block of Expert Iteration round K (chained to round K-1), to add a round. tests/test_dvc_deps.py checks that
 dvc.yaml lists exactly these, so editing a module reruns the stages that use it and no others.
 Imports inside functions count (they run when the function does). Dynamic imports are not seen; the only
 one in a5core loads the configured reward function, which lives in a5core.grader, a package every
@@ -65,6 +66,31 @@ def expected_deps() -> dict[str, list[str]]:
     return {f"stages/{p.name}": compact(closure(p)) for p in sorted((ROOT / "stages").glob("*.py"))}
 
 
+def ei_round_block(k: int) -> str:
+    """dvc.yaml text of stage ei_round_<k> (one per entry of ei_runs): trains round k-1's model (round 1: ei.init_policy)."""
+    r, code = f"round_{k}", ", ".join(["stages/ei_round.py"] + expected_deps()["stages/ei_round.py"])
+    res = f"results/ei/${{key}}/{r}"
+    start = "models/${ei.init_policy}" if k == 1 else f"models/ei_${{key}}/round_{k - 1}"
+    history = "" if k == 1 else f"results/ei/${{key}}/round_{k - 1}/logs/rounds.csv"
+    return f"""  ei_round_{k}:
+    foreach: ${{ei_runs}}
+    do:
+      cmd: python stages/ei_round.py --run ${{key}} --round {k} --model {start}{f" --history {history}" if history else ""}
+        --train data/prepared/train.parquet --validation data/prepared/validation.parquet --out models/ei_${{key}}/{r}
+        --rollouts {res}/rollouts.parquet --metrics {res}/metrics.json --report {res}/report.md --logs {res}/logs
+        --scratch scratch/ei_${{key}}/{r}
+      deps: [{code}, "{start}",{f' "{history}",' if history else ""} data/prepared/train.parquet, data/prepared/validation.parquet]
+      params: [ei, "ei_runs.${{key}}", sft, validation, generation]
+      outs: ["models/ei_${{key}}/{r}", "{res}/rollouts.parquet", "{res}/logs", {{"{res}/report.md": {{cache: false}}}}]
+      metrics: [{{"{res}/metrics.json": {{cache: false}}}}]
+"""
+
+
 if __name__ == "__main__":
-    for script, deps in expected_deps().items():
-        print(f"{script}: [{', '.join([script] + deps)}]")
+    import sys
+
+    if sys.argv[1:2] == ["--ei-round"]:
+        print(ei_round_block(int(sys.argv[2])), end="")
+    else:
+        for script, deps in expected_deps().items():
+            print(f"{script}: [{', '.join([script] + deps)}]")

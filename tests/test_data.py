@@ -144,3 +144,40 @@ def test_hf_model_source_records_the_resolved_revision(tmp_path, monkeypatch):
     assert calls[0][:2] == ("org/tiny-math", "v1.0") and "*.safetensors" in calls[0][2]
     assert (tmp_path / "models" / "base" / "model.safetensors").exists()
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["base"]  # built beside, then renamed: no temp left
+
+
+def test_hash_path_sees_every_change_to_a_folder(tmp_path):
+    from a5core.artifacts import hash_path
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(b"abc")
+    first = hash_path(tmp_path / "m")
+    assert hash_path(tmp_path / "m") == first  # (served from the cache the second time)
+    (tmp_path / "m" / "w.bin").write_bytes(b"abd")  # same size, new content and mtime
+    second = hash_path(tmp_path / "m")
+    assert second != first
+    (tmp_path / "m" / "w.bin").rename(tmp_path / "m" / "v.bin")
+    assert hash_path(tmp_path / "m") not in (first, second)
+
+
+def test_gguf_parsed_once_memoizes_while_loading_and_restores(tmp_path):
+    import gguf
+    import numpy as np
+
+    from a5core.model_io import gguf_parsed_once
+
+    path = tmp_path / "t.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    originals = gguf.GGUFReader, gguf.get_tensor_name_map
+    with gguf_parsed_once():
+        reader = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is reader and reader.tensors[0].name == "token_embd.weight"
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == originals
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)

@@ -1,10 +1,11 @@
 """dvc.yaml is honest: each stage depends on exactly the a5core modules its script imports, each params
-section is read by the stages that list it, and the `dvc plots` definitions name every configured run."""
+section is read by the stages that list it, the Expert Iteration rounds form one chain, and the `dvc plots`
+definitions name every configured run."""
 from pathlib import Path
 
 import yaml
 
-from tests.stage_deps import ROOT, expected_deps
+from tests.stage_deps import ROOT, ei_round_block, expected_deps
 
 
 def _stages() -> dict:
@@ -48,3 +49,16 @@ def test_plot_definitions_cover_every_configured_run():
     for family, runs in (("sft", "sft_runs"), ("ei", "ei_runs"), ("grpo", "grpo_runs")):
         named = {Path(f).parts[2] for f in files if f.startswith(f"results/{family}/")}
         assert named == set(params[runs]), f"dvc.yaml plots name {sorted(named)} for {family}, params.yaml has {sorted(params[runs])}"
+
+
+def test_ei_rounds_form_a_chain_and_the_plots_read_the_last_round():
+    stages = _stages()
+    rounds = sorted(int(name.rsplit("_", 1)[1]) for name in stages if name.startswith("ei_round_"))
+    assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 1, rounds
+    for k in rounds:  # round k trains round k-1's model and extends its history (the block tests.stage_deps prints)
+        assert stages[f"ei_round_{k}"] == yaml.safe_load(ei_round_block(k))[f"ei_round_{k}"], f"ei_round_{k} (python -m tests.stage_deps --ei-round {k})"
+    last = f"round_{rounds[-1]}"
+    assert f"--ei results/ei/{{run}}/{last} " in stages["plots"]["cmd"]
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    ei_files = [f for entry in dvc["plots"] if isinstance(entry, dict) for spec in entry.values() for f in (spec.get("y") or {}) if "/ei/" in f]
+    assert ei_files and all(Path(f).parts[3] == last for f in ei_files), ei_files

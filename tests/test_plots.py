@@ -6,6 +6,9 @@ import pytest
 from a5core.plots import make_plots, summary_markdown
 
 
+EI_LAST = "{root}/results/ei/{{run}}/round_2"  # the last round's folder holds the whole history
+
+
 def _write(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -16,8 +19,9 @@ def _results(root):
     _write(root / "sft" / "8" / "metrics.json", json.dumps({"accuracy": 0.25, "format_rate": 0.5, "examples": 8}))
     _write(root / "sft" / "8" / "logs" / "eval.csv", "step,accuracy\n1,0.125\n2,0.25\n")
     _write(root / "sft" / "stale" / "metrics.json", json.dumps({"accuracy": 0.9, "format_rate": 1.0, "examples": 99}))
-    _write(root / "ei" / "G2" / "metrics.json", json.dumps({"accuracy": 0.5, "rounds": 2, "initial_accuracy": 0.25}))
-    _write(root / "ei" / "G2" / "logs" / "rounds.csv", "round,accuracy,mean_token_entropy\n0,0.25,1.0\n1,0.375,0.9\n2,0.5,0.8\n")
+    _write(root / "ei" / "G2" / "round_2" / "metrics.json", json.dumps({"accuracy": 0.5, "round": 2, "initial_accuracy": 0.25}))
+    _write(root / "ei" / "G2" / "round_2" / "logs" / "rounds.csv", "round,accuracy,mean_token_entropy\n0,0.25,1.0\n1,0.375,0.9\n2,0.5,0.8\n")
+    _write(root / "ei" / "G2" / "round_1" / "metrics.json", json.dumps({"accuracy": 0.375, "round": 1, "initial_accuracy": 0.25}))
     _write(root / "grpo" / "r" / "metrics.json", json.dumps({"accuracy": 0.625, "steps_done": 2}))
     _write(root / "grpo" / "r" / "logs" / "eval.csv", "step,accuracy,wall_s\n0,0.5,0\n2,0.625,10\n")
     _write(root / "grpo" / "r" / "logs" / "train.csv", "step,token_entropy,response_length,grad_norm,clip_fraction\n1,1,5,0.5,0\n")
@@ -25,7 +29,7 @@ def _results(root):
 
 def test_summary_has_one_row_per_configured_run(tmp_path):
     _results(tmp_path / "results")
-    rows = make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r"]})
+    rows = make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r"]}, EI_LAST.format(root=tmp_path))
     assert [(m, r.split(",")[0], a) for m, r, a, _ in rows] == [("zero-shot", "baseline", 0.0), ("SFT", "8", 0.25), ("EI", "G2", 0.5), ("GRPO", "r", 0.625)]
     assert {f.name for f in (tmp_path / "figures").iterdir()} == {"baseline_categories.png", "sft.png", "ei.png", "grpo.png"}
     assert (tmp_path / "sft_by_size.csv").read_text().splitlines() == ["run,examples,accuracy,format_rate", "8,8,0.25,0.5"]
@@ -37,4 +41,4 @@ def test_summary_has_one_row_per_configured_run(tmp_path):
 def test_a_configured_run_without_results_is_an_error(tmp_path):
     _results(tmp_path / "results")
     with pytest.raises(FileNotFoundError, match="grpo/missing/metrics.json"):
-        make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r", "missing"]})
+        make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r", "missing"]}, EI_LAST.format(root=tmp_path))

@@ -8,7 +8,7 @@ import a5core.ei as ei_mod
 import a5core.grpo as grpo_mod
 from a5core.checkpoint import Checkpointer
 from a5core.config import ConfigError, EvalConfig
-from a5core.ei import EIConfig, NoCorrectSamples, ei_round, expert_iteration
+from a5core.ei import EIConfig, NoCorrectSamples, ei_round, history_row, round_metrics
 from a5core.generation.base import Completion
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.logprobs import get_response_log_probs
@@ -159,57 +159,60 @@ def test_time_budget_stops_evaluates_and_reports_best(tiny):
     assert [k for k, _ in rows] == ["eval"] and summary["best_step"] == 0
 
 
-def _run_ei(model, tok, scratch, cfg, log=None):
-    rows = []
-    out = expert_iteration(model, tok, StubBackend(tok, [" good one", " bad", " good two"]), ROWS, cfg,
-                           SFTConfig(batch_size=4, micro_batch_size=2, learning_rate=1e-3, eval_every=0, checkpoint_every=1),
-                           EvalConfig(), StubPool(), eval_stub, scratch, "fp", log or (lambda kind, row: rows.append((kind, row))))
-    return out, rows
+EI_SFT = SFTConfig(batch_size=2, micro_batch_size=1, learning_rate=1e-3, eval_every=0, checkpoint_every=1)
+EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3)
 
 
-def test_expert_iteration_runs_n_rounds_from_round_zero(tiny, tmp_path):
+def _round(policy, tok, k, scratch=None, backend=None, log=lambda kind, row: None, evaluate_fn=eval_stub):
+    backend = backend or StubBackend(tok, [" good one", " bad", " good two"])
+    return ei_round(policy, tok, backend, ROWS, k, EI_CFG, EI_SFT, EvalConfig(), StubPool(), evaluate_fn, scratch, "fp", log)
+
+
+def test_ei_rounds_chain_and_build_the_history_from_round_zero(tiny):
     model, tok = tiny
-    policy = copy.deepcopy(model)
-    before = _margin(policy, tok)
-    (rollouts, reports), rows = _run_ei(policy, tok, str(tmp_path), EIConfig(n_rounds=3, n_questions=2, rollouts_per_question=3, learning_rate=1e-3))
-    assert [r["round"] for r in reports] == [0, 1, 2, 3]
-    assert [r["round"] for k, r in rows if k == "rounds"] == [0, 1, 2, 3]
-    assert sorted({r["round"] for r in rollouts}) == [1, 2, 3] and len(rollouts) == 3 * 2 * 3
-    assert all(r["kept"] == ("good" in r["response"]) for r in rollouts)  # two distinct correct answers, cap 2
-    assert {r["round"] for k, r in rows if k == "train"} == {1, 2, 3}  # each round's SFT steps, tagged with the round
-    assert _margin(policy, tok) > before  # SFT on the kept " good ..." rollouts
+    policy, rows = copy.deepcopy(model), []
+    margins = [_margin(policy, tok)]
+    history = [history_row(0, eval_stub(policy, 0))]
+    for k in (1, 2, 3):  # what ei_round_1..3 do, each from the previous round's policy
+        rollouts, report, final = _round(policy, tok, k, log=lambda kind, row: rows.append((kind, row)))
+        history.append(history_row(k, final, report))
+        margins.append(_margin(policy, tok))
+        assert {r["round"] for r in rollouts} == {k} and len(rollouts) == 2 * 3
+        assert all(r["kept"] == ("good" in r["response"]) for r in rollouts)  # two distinct correct answers, cap 2
+    assert [r["round"] for r in history] == [0, 1, 2, 3] and history[1]["kept"] == 4 and history[1]["trained"] is True
+    assert {r["round"] for kind, r in rows if kind == "train"} == {1, 2, 3}  # each round's SFT steps, tagged with the round
+    assert margins[0] < margins[1] < margins[2] < margins[3]  # SFT on the kept " good ..." rollouts, round after round
+    m = round_metrics([{**h, "accuracy": a} for h, a in zip(history, (0.1, 0.4, 0.3, 0.2))])
+    assert (m["round"], m["initial_accuracy"], m["best_accuracy"], m["best_round"], m["accuracy"]) == (3, 0.1, 0.4, 1, 0.2)
 
 
-def test_expert_iteration_resumes_after_a_kill(tiny, tmp_path, monkeypatch):
+def test_ei_round_resumes_after_a_kill_without_generating_again(tiny, tmp_path):
     model, tok = tiny
-    cfg = EIConfig(n_rounds=3, n_questions=2, rollouts_per_question=3, learning_rate=1e-3)
-    straight = copy.deepcopy(model)
-    (_, reports_straight), rows_straight = _run_ei(straight, tok, str(tmp_path / "a"), cfg)
-    real_round, calls = ei_mod.ei_round, []
+    straight, rows_straight = copy.deepcopy(model), []
+    _round(straight, tok, 1, str(tmp_path / "a"), log=lambda kind, row: rows_straight.append((kind, row)))
 
-    def dies_in_round_3(*a, **kw):
-        calls.append(a[4])
-        if a[4] == 3 and len(calls) == 3:
+    def dies_in_sft_step_2(kind, row):
+        if kind == "train" and row["step"] == 2:
             raise KeyboardInterrupt("killed")
-        return real_round(*a, **kw)
 
-    monkeypatch.setattr(ei_mod, "ei_round", dies_in_round_3)
     with pytest.raises(KeyboardInterrupt):
-        _run_ei(copy.deepcopy(model), tok, str(tmp_path / "b"), cfg)
-    resumed = copy.deepcopy(model)
-    (rollouts, reports), rows = _run_ei(resumed, tok, str(tmp_path / "b"), cfg)
-    assert calls == [1, 2, 3, 3]  # rounds 1 and 2 were not redone
-    assert [r["round"] for r in reports] == [0, 1, 2, 3] and len(rollouts) == 18
-    assert [(k, r["round"]) for k, r in rows] == [(k, r["round"]) for k, r in rows_straight]  # logs replayed, none lost
+        _round(copy.deepcopy(model), tok, 1, str(tmp_path / "b"), log=dies_in_sft_step_2)
+    resumed, rows, backend = copy.deepcopy(model), [], StubBackend(tok, [" good one", " bad", " good two"])
+    rollouts, report, _ = _round(resumed, tok, 1, str(tmp_path / "b"), backend, log=lambda kind, row: rows.append((kind, row)))
+    assert backend.calls == 0  # the graded rollouts came from scratch
+    assert report["kept"] == 4 and len(rollouts) == 6
+    assert [(k, r["step"]) for k, r in rows] == [(k, r["step"]) for k, r in rows_straight]  # SFT logs replayed, none lost
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 
 
-def test_ei_config_rejects_zero_rounds():
+def test_ei_config_rejects_empty_rounds():
     from a5core.config import from_dict
 
-    with pytest.raises(ConfigError, match="n_rounds"):
-        from_dict(EIConfig, {"n_rounds": 0}, "ei")
+    with pytest.raises(ConfigError, match="n_questions"):
+        from_dict(EIConfig, {"n_questions": 0}, "ei")
+    with pytest.raises(ConfigError, match="unknown"):  # the number of rounds is the number of ei_round_<k> stages
+        from_dict(EIConfig, {"n_rounds": 3}, "ei")
 
 
 def test_evaluation_averages_over_samples_per_example(tiny):
@@ -226,8 +229,9 @@ def test_evaluation_averages_over_samples_per_example(tiny):
         from_dict(EvalConfig, {"samples_per_example": 0}, "validation")
 
 
-def test_expert_iteration_syncs_the_trained_weights_before_each_round(tiny, tmp_path):
-    """On the vLLM path the engine must sample round k from round k-1's policy: each round syncs first."""
+def test_ei_round_samples_from_its_start_policy_and_validates_the_trained_one(tiny):
+    """On the vLLM path the engine must sample from the policy the round starts from (round k-1's model) and
+    validate the policy after the round's SFT: the round syncs the engine before each."""
     model, tok = tiny
     synced = []
 
@@ -235,10 +239,14 @@ def test_expert_iteration_syncs_the_trained_weights_before_each_round(tiny, tmp_
         def sync_weights(self, policy):
             synced.append(next(policy.parameters()).detach().clone())
 
+    backend = RecordingBackend(tok, [" good one", " bad"])
+
+    def evaluate_fn(policy, n):  # as pipeline.make_eval_fn does
+        backend.sync_weights(policy)
+        return eval_stub(policy, n)
+
     policy = copy.deepcopy(model)
-    expert_iteration(policy, tok, RecordingBackend(tok, [" good one", " bad"]), ROWS, EIConfig(n_rounds=3, n_questions=2, learning_rate=1e-3),
-                     SFTConfig(batch_size=4, micro_batch_size=2, learning_rate=1e-3, eval_every=0, checkpoint_every=0),
-                     EvalConfig(), StubPool(), eval_stub, None, "fp")
-    assert len(synced) == 3
-    assert torch.equal(synced[0], next(model.parameters()))  # round 1 samples from the initial policy
-    assert not torch.equal(synced[0], synced[1]) and not torch.equal(synced[1], synced[2])  # later rounds from the trained one
+    _round(policy, tok, 1, backend=backend, evaluate_fn=evaluate_fn)
+    assert len(synced) == 2
+    assert torch.equal(synced[0], next(model.parameters()))  # rollouts from the start policy
+    assert torch.equal(synced[1], next(policy.parameters())) and not torch.equal(synced[0], synced[1])  # validation after SFT

@@ -1,4 +1,5 @@
-"""End to end on the smoke profile (tiny random model): `dvc repro` of the whole DAG, a cached rerun, then
+"""End to end on the smoke profile (tiny random model): `dvc repro` up to EI round 2 (as if stopped there),
+`dvc repro` of the whole DAG (rounds 1-2 are not run again), a cached rerun, then
 `dvc exp run -S` on a GRPO param (only GRPO and plots re-run), `dvc plots diff` against the baseline, and
 `dvc exp run -S` on an `eval` param (only baseline_eval and plots re-run)."""
 import json
@@ -27,8 +28,14 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
     assert run("git", "init", "-q").returncode == 0
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "smoke").returncode == 0
+    ran_stages = lambda r: {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}  # noqa: E731
+    r = run("dvc", "repro", "ei_round_2@G2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert {"ei_round_1@G2", "ei_round_2@G2"} <= ran_stages(r) and "ei_round_3@G2" not in ran_stages(r)
     r = run("dvc", "repro")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ran = ran_stages(r)
+    assert "ei_round_3@G2" in ran and "plots" in ran and not ran & {"ei_round_1@G2", "ei_round_2@G2", "sft@filtered"}, ran
     summary = (work / "reports" / "summary.md").read_text()
     assert "GRPO" in summary and "EI" in summary and "SFT" in summary
     base = json.loads((work / "results" / "baseline" / "metrics.json").read_text())
@@ -40,10 +47,10 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
     r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=3e-6")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
+    ran = ran_stages(r)
     assert ran == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran
-    rounds = (work / "results" / "ei" / "G2" / "logs" / "rounds.csv").read_text().splitlines()
-    assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2"], rounds  # round 0 = the initial policy
+    rounds = (work / "results" / "ei" / "G2" / "round_5" / "logs" / "rounds.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the initial policy
     r = run("dvc", "plots", "diff", "HEAD", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     grpo = json.loads(r.stdout)["data"]["GRPO validation accuracy vs step"]
@@ -52,5 +59,4 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     # the zero-shot eval's params rerun only the zero-shot eval (and the plots that read its metrics)
     r = run("dvc", "exp", "run", "-S", "eval.n_examples=4")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    ran = {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
-    assert ran == {"baseline_eval", "plots"}, ran
+    assert ran_stages(r) == {"baseline_eval", "plots"}, ran_stages(r)
