@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from a5core.runlog import read_log as read_csv  # noqa: E402
+from a5core.runlog import read_log  # noqa: E402
 
 
 def _lines(ax, series: dict[str, list[dict]], x: str, y: str, title: str) -> None:
@@ -55,7 +55,7 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]], ei_last: st
 
     sft = _run_dirs(str(results / "sft" / "{run}"), runs.get("sft", []))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    _lines(axes[0], {k: read_csv(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
+    _lines(axes[0], {k: read_log(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
     finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
     write_sft_sizes(finals, out.parent / "sft_by_size.csv")
     axes[1].bar(list(finals), [m["accuracy"] for m in finals.values()])
@@ -65,7 +65,7 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]], ei_last: st
 
     ei = _run_dirs(ei_last or str(results / "ei" / "{run}"), runs.get("ei", []))
     if ei:
-        rounds = {k: read_csv(d / "logs" / "rounds.csv") for k, d in ei.items()}
+        rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in ei.items()}
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         _lines(axes[0], rounds, "round", "accuracy", "EI validation accuracy per round (0 = initial policy)")
         _lines(axes[1], rounds, "round", "mean_token_entropy", "EI response entropy per round")
@@ -76,8 +76,8 @@ def make_plots(results: Path, out: Path, runs: dict[str, list[str]], ei_last: st
 
     grpo = _run_dirs(str(results / "grpo" / "{run}"), runs.get("grpo", []))
     if grpo:
-        evals = {k: read_csv(d / "logs" / "eval.csv") for k, d in grpo.items()}
-        train = {k: read_csv(d / "logs" / "train.csv") for k, d in grpo.items()}
+        evals = {k: read_log(d / "logs" / "eval.csv") for k, d in grpo.items()}
+        train = {k: read_log(d / "logs" / "train.csv") for k, d in grpo.items()}
         fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
         _lines(axes[0][0], evals, "step", "accuracy", "GRPO validation accuracy vs step")
         _lines(axes[0][1], evals, "wall_s", "accuracy", "GRPO validation accuracy vs wall-clock")
