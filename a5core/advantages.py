@@ -1,4 +1,5 @@
 """Group-normalized rewards and advantages (GRPO; Shao et al., 2024, DeepSeekMath)."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -7,7 +8,9 @@ import torch
 from torch import Tensor
 
 
-def group_normalize(raw_rewards: Tensor, group_size: int, advantage_eps: float, normalize_by_std: bool, std_ddof: int = 1) -> tuple[Tensor, dict[str, float]]:
+def group_normalize(
+    raw_rewards: Tensor, group_size: int, advantage_eps: float, normalize_by_std: bool, std_ddof: int = 1
+) -> tuple[Tensor, dict[str, float]]:
     """A_i = (r_i - mean_group) / (std_group + eps), or r_i - mean_group without std normalization.
 
     `std_ddof=1` is torch's unbiased std (what the handout's tests pin); `std_ddof=0` the population std.

@@ -4,12 +4,14 @@ Provenance = code revision (git commit, `+dirty` when the tree has changes), the
 params, and SHA-256 hashes of its inputs and of the model. It is stored in the Parquet schema metadata
 under `a5.provenance`, and next to folders (checkpoints) as `provenance.json`.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -26,7 +28,9 @@ PROVENANCE_KEY = b"a5.provenance"
 def code_revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -82,7 +86,9 @@ def _atomic_target(path: Path):
     return Path(tmp)
 
 
-def write_parquet(table: pa.Table | list[dict], path: str | Path, prov: dict | None = None, schema: pa.Schema | None = None) -> Path:
+def write_parquet(
+    table: pa.Table | list[dict], path: str | Path, prov: dict | None = None, schema: pa.Schema | None = None
+) -> Path:
     """Write rows or a table atomically; provenance goes into the schema metadata."""
     path = Path(path)
     if not isinstance(table, pa.Table):
@@ -111,7 +117,9 @@ def read_parquet(path: str | Path, required: list[str] | pa.Schema | None = None
             if fld.name not in table.schema.names:
                 raise ValueError(f"{path}: missing column {fld.name!r}; has {table.schema.names}")
             if not table.schema.field(fld.name).type.equals(fld.type) and table.num_rows:
-                raise ValueError(f"{path}: column {fld.name!r} is {table.schema.field(fld.name).type}, expected {fld.type}")
+                raise ValueError(
+                    f"{path}: column {fld.name!r} is {table.schema.field(fld.name).type}, expected {fld.type}"
+                )
     elif required:
         missing = [c for c in required if c not in table.schema.names]
         if missing:
@@ -133,11 +141,24 @@ def read_provenance(path: str | Path) -> dict[str, Any]:
     return json.loads(meta[PROVENANCE_KEY])
 
 
+def strict_json(obj: Any) -> Any:
+    """`obj` with NaN and infinities as null (JSON has no such numbers; strict parsers reject `NaN`)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
 def write_json(obj: Any, path: str | Path) -> Path:
+    """JSON written atomically; dataclasses as dicts, NaN/inf as null (valid JSON for strict parsers)."""
     path = Path(path)
     tmp = _atomic_target(path)
     try:
-        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        plain = json.loads(json.dumps(obj, default=_jsonable))
+        tmp.write_text(json.dumps(strict_json(plain), indent=2, allow_nan=False) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

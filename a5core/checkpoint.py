@@ -1,16 +1,23 @@
 """Resumable training state in a scratch folder outside DVC's cache.
 
-The folder holds `fingerprint.txt` (a hash of the run's params and inputs) and `state/` (model,
-optimizer, scheduler, RNG states, step, logs so far), replaced atomically: written to `state.tmp/`, then
-renamed. A run whose fingerprint differs starts fresh (the old state is deleted). A SIGKILL at any moment
-leaves either the previous complete state or the new one.
+The folder holds `fingerprint.txt` (a hash of the run's params and inputs) and `state/` (model, optimizer,
+scheduler, RNG states, step, history so far), replaced atomically: written to `state.tmp/`, then renamed. A run
+whose fingerprint differs starts fresh (the old state is deleted). A SIGKILL at any moment leaves either the
+previous complete state or the new one.
+
+States are loaded with `torch.load(weights_only=True)`: only tensors and plain containers, so a crafted file in
+`scratch/` cannot run code. A state that fails to load (truncated by a full disk, say) is moved aside with a
+warning and the run starts from scratch instead of failing on every rerun.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import random
 import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +27,26 @@ import torch
 def fingerprint(params: Any, inputs: dict[str, str]) -> str:
     from a5core.artifacts import _jsonable, hash_path
 
-    blob = json.dumps({"params": params, "inputs": {k: hash_path(v) for k, v in inputs.items()}}, default=_jsonable, sort_keys=True)
+    blob = json.dumps(
+        {"params": params, "inputs": {k: hash_path(v) for k, v in inputs.items()}}, default=_jsonable, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def rng_state() -> dict:
+    # Python's random state is (version, tuple of 625 ints, gauss) -- plain data that weights_only can load.
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 class Checkpointer:
+    """Save/restore of one run's state under `folder`; `every`: steps between saves (0 = never)."""
+
     def __init__(self, folder: str | Path, fp: str, every: int):
         self.folder, self.every = Path(folder), every
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -43,44 +56,84 @@ class Checkpointer:
             fp_file.write_text(fp)
 
     def load(self) -> dict | None:
-        path = self.folder / "state" / "state.pt"
-        return torch.load(path, weights_only=False) if path.exists() else None
+        """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning)."""
+        for name in ("state", "state.old"):  # state.old exists only if a kill hit between the two renames
+            path = self.folder / name / "state.pt"
+            if not path.exists():
+                continue
+            try:
+                return torch.load(path, weights_only=True, map_location="cpu")
+            except Exception as err:  # any unreadable file means: do not resume from it
+                aside = self.folder / f"{name}.corrupt-{int(time.time())}"
+                path.parent.rename(aside)
+                print(
+                    f"WARNING: {path} could not be loaded ({type(err).__name__}: {str(err)[:200]}); moved to {aside}. "
+                    "Starting from the previous state or from scratch.",
+                    file=sys.stderr,
+                )
+        return None
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
 
     def save(self, state: dict) -> None:
-        tmp, final = self.folder / "state.tmp", self.folder / "state"
+        tmp, final, old = self.folder / "state.tmp", self.folder / "state", self.folder / "state.old"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         torch.save(state, tmp / "state.pt")
-        old = self.folder / "state.old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
+        for aside in self.folder.glob("state*.corrupt-*"):  # a good state exists again
+            shutil.rmtree(aside, ignore_errors=True)
 
-    def save_training(self, policy, optimizer, step: int, logs: list, scheduler=None, **extra) -> None:
-        """Save everything a training loop needs to continue after step `step`."""
-        state = {"model": policy.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step, "logs": logs, **extra}
+    def save_training(self, policy, optimizer, step: int, history: list, scheduler=None, **extra) -> None:
+        """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state())."""
+        state = {
+            "model": policy.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": rng_state(),
+            "step": step,
+            "history": history,
+            **extra,
+        }
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
         self.save(state)
 
-    def restore_training(self, policy, optimizer, scheduler=None, log=lambda kind, row: None) -> tuple[dict, list]:
-        """Load the last saved state into the objects (replaying its logs into `log`); ({}, []) when there is none."""
+    def restore_training(self, policy, optimizer, scheduler=None) -> dict:
+        """Load the last saved state into the objects and return it ({} when there is none)."""
         state = self.load()
         if not state:
-            return {}, []
+            return {}
         policy.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
-        for kind, row in state["logs"]:
-            log(kind, row)
-        return state, list(state["logs"])
+        return state
 
     def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Delete the folder, and its parents up to `scratch/` when they are left empty."""
+        clear_scratch(self.folder)
+
+
+def clear_scratch(folder: str | Path) -> None:
+    """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it."""
+    shutil.rmtree(folder, ignore_errors=True)
+    remove_empty_parents(Path(folder))
+
+
+def remove_empty_parents(folder: Path, stop: str = "scratch") -> None:
+    """Remove `folder`'s empty parents up to and including the nearest one named `stop` (none: nothing)."""
+    parents = list(Path(folder).resolve().parents)
+    names = [p.name for p in parents]
+    if stop not in names:
+        return
+    for parent in parents[: names.index(stop) + 1]:
+        try:
+            parent.rmdir()  # only succeeds when empty
+        except OSError:
+            return

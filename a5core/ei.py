@@ -1,37 +1,56 @@
 """Expert Iteration (Algorithm 2 of the handout), one round per call.
 
-One round (`ei_round`): sample a batch D_b of training questions (seeded by the round) -> G rollouts each with
-the current policy through the shared backend -> grade -> keep correct rollouts (dedup by response text when
-enabled, at most `max_kept_per_question` per question so easy questions do not take over) -> the SFT loop of
-`a5core.sft` on the kept (prompt, response) pairs, starting from the current policy (fresh optimizer) ->
-validation of the trained policy.
+One round (`ei_round`): sample a batch D_b of training questions (seeded by the round) -> G rollouts each with the
+current policy through the shared backend, with the `ei` section's own sampling settings -> grade -> keep correct
+rollouts (dedup by response text when enabled, at most `max_kept_per_question` per question so easy questions do not
+take over) -> the SFT loop of `a5core.sft` on the kept (prompt, response) pairs, starting from the current policy
+(fresh optimizer; no warm-up unless `rewarm`) -> validation of the trained policy on the whole validation set.
 The pipeline runs round k as its own DVC stage, `ei_round_k@<run>`, which starts from round k-1's saved model
 (round 1: `ei.init_policy`), so DVC skips every round whose inputs did not change. Within a round, `scratch`
 keeps the graded rollouts (a crash during SFT does not generate again) and the SFT checkpoints.
 Each round appends one row to the run's history (`history_row`); row 0 is the initial policy.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
-from typing import Literal
-
-import pyarrow as pa
+from typing import Callable, Literal
 
 from a5core.checkpoint import Checkpointer
-from a5core.config import ConfigError, EvalConfig
-from a5core.evaluation import generate_and_grade, response_entropies
+from a5core.config import (
+    NonNegative,
+    NonNegativeFloat,
+    Positive,
+    PositiveFloat,
+    PromptName,
+    SamplingConfig,
+    Section,
+    TopP,
+    init_policy_problem,
+)
+from a5core.evaluation import Evaluation, generate_and_grade, log_evaluation, response_entropies
+from a5core.history import RunHistory
+from a5core.prompts import STOPS
+from a5core.records import GradedSample, RoundRollout
 from a5core.sft import SFTConfig, train_sft
 
-ROLLOUT_SCHEMA = pa.schema([
-    ("unique_id", pa.string()), ("sample_index", pa.int32()), ("response", pa.string()), ("format_reward", pa.float64()),
-    ("answer_reward", pa.float64()), ("reward", pa.float64()), ("status", pa.string()), ("output_tokens", pa.int32()),
-    ("mean_token_entropy", pa.float64()), ("kept", pa.bool_()), ("round", pa.int32()),
-])
 # The round report's scalars that go into the history table (rounds.csv) next to the validation metrics.
-ROUND_SCALARS = ("rollouts", "correct", "kept", "retention", "share_zero_correct", "share_all_correct", "duplicates_removed",
-                 "removed_by_cap", "mean_length_kept", "mean_token_entropy_rollouts", "trained")
+ROUND_SCALARS = (
+    "rollouts",
+    "correct",
+    "kept",
+    "retention",
+    "share_zero_correct",
+    "share_all_correct",
+    "duplicates_removed",
+    "removed_by_cap",
+    "mean_length_kept",
+    "mean_token_entropy_rollouts",
+    "trained",
+)
 
 
 class NoCorrectSamples(RuntimeError):
@@ -39,113 +58,204 @@ class NoCorrectSamples(RuntimeError):
 
 
 @dataclass(frozen=True)
-class EIConfig:
+class EIConfig(Section):
     init_policy: str = "sft_filtered"  # model folder under models/ that round 1 starts from (base = the fetched model)
-    n_questions: int = 512  # D_b: questions sampled per round
-    rollouts_per_question: int = 4  # G: samples per question
-    max_kept_per_question: int = 2  # cap on correct samples kept per question (0 = no cap)
+    n_questions: Positive = 512  # D_b: questions sampled per round
+    rollouts_per_question: Positive = 4  # G: samples per question
+    max_kept_per_question: NonNegative = 2  # cap on correct samples kept per question (0 = no cap)
     dedup: bool = True  # drop repeated identical responses to the same question
-    sft_epochs: int = 1  # SFT epochs over the kept data per round
-    learning_rate: float = 5e-5  # SFT learning rate within a round
-    seed: int = 0  # question sampling seed (offset by the round number)
-    if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on untrained
+    sft_epochs: Positive = 1  # SFT epochs over the kept data per round
+    learning_rate: PositiveFloat = 5e-5  # SFT learning rate within a round
+    rewarm: bool = False  # warm the learning rate up again in every round (sft.warmup_ratio); off: start at the peak
+    prompt: PromptName = "r1_zero"  # rollout prompt (its stop strings go with it)
+    temperature: NonNegativeFloat = 1.0  # rollout sampling temperature
+    top_p: TopP = 1.0  # rollout nucleus threshold
+    max_tokens: Positive = 1024  # max new tokens per rollout
+    min_tokens: NonNegative = 4  # min new tokens per rollout
+    seed: int = 0  # question sampling and rollout seed (offset by the round number)
+    if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on
 
-    def validate(self) -> None:
-        if self.n_questions < 1 or self.rollouts_per_question < 1 or self.max_kept_per_question < 0 or self.sft_epochs < 1:
-            raise ConfigError("ei: n_questions, rollouts_per_question and sft_epochs must be >= 1, max_kept_per_question >= 0")
+    def problems(self) -> list[str]:
+        found = [init_policy_problem(self.init_policy)]
+        if self.min_tokens > self.max_tokens:
+            found.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
+        return [p for p in found if p]
+
+    def sampling(self, round_idx: int) -> SamplingConfig:
+        return SamplingConfig(
+            self.temperature,
+            self.top_p,
+            self.max_tokens,
+            self.min_tokens,
+            STOPS[self.prompt],
+            self.rollouts_per_question,
+            self.seed * 1000 + round_idx,
+        )
 
 
-def select_kept(records: list[dict], max_per_question: int, dedup: bool) -> tuple[list[dict], dict]:
+@dataclass
+class RoundResult:
+    """What one EI round produced."""
+
+    rollouts: list[RoundRollout]
+    report: dict  # data statistics of the round (see round_report)
+    final: Evaluation  # full validation of the policy after the round
+
+
+def select_kept(samples: list[GradedSample], max_per_question: int, dedup: bool) -> tuple[list[GradedSample], dict]:
     """Correct rollouts after dedup and the per-question cap; returns (kept, counts)."""
-    by_q: dict[str, list[dict]] = defaultdict(list)
+    by_q: dict[str, list[GradedSample]] = defaultdict(list)
     dup = 0
-    for r in records:
-        if r["reward"] != 1.0:
+    for s in samples:
+        if s.reward != 1.0:
             continue
-        if dedup and any(k["response"].strip() == r["response"].strip() for k in by_q[r["unique_id"]]):
+        if dedup and any(k.response.strip() == s.response.strip() for k in by_q[s.unique_id]):
             dup += 1
             continue
-        by_q[r["unique_id"]].append(r)
-    capped = 0
-    kept = []
-    for rs in by_q.values():
-        take = rs[:max_per_question] if max_per_question else rs
-        capped += len(rs) - len(take)
+        by_q[s.unique_id].append(s)
+    capped, kept = 0, []
+    for group in by_q.values():
+        take = group[:max_per_question] if max_per_question else group
+        capped += len(group) - len(take)
         kept.extend(take)
     return kept, {"duplicates_removed": dup, "removed_by_cap": capped}
 
 
-def round_report(records: list[dict], kept: list[dict], counts: dict, g: int) -> dict:
-    per_q = Counter(r["unique_id"] for r in records if r["reward"] == 1.0)
-    questions = {r["unique_id"] for r in records}
-    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
-    return {"questions": len(questions), "rollouts": len(records), "correct": sum(per_q.values()), "kept": len(kept),
-            "retention": len(kept) / max(len(records), 1),
-            "share_zero_correct": mean([per_q.get(q, 0) == 0 for q in questions]),
-            "share_all_correct": mean([per_q.get(q, 0) == g for q in questions]),
-            "mean_length_kept": mean([r["output_tokens"] for r in kept]), "mean_length_all": mean([r["output_tokens"] for r in records]),
-            "kept_by_subject": dict(Counter(r["subject"] for r in kept)), "kept_by_level": dict(Counter(r["level"] for r in kept)),
-            "success_counts": dict(Counter(per_q.get(q, 0) for q in questions)), **counts}
+def round_report(samples: list[GradedSample], kept: list[GradedSample], counts: dict, g: int) -> dict:
+    per_q = Counter(s.unique_id for s in samples if s.reward == 1.0)
+    questions = {s.unique_id for s in samples}
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else 0.0
+
+    return {
+        "questions": len(questions),
+        "rollouts": len(samples),
+        "correct": sum(per_q.values()),
+        "kept": len(kept),
+        "retention": len(kept) / max(len(samples), 1),
+        "share_zero_correct": mean([per_q.get(q, 0) == 0 for q in questions]),
+        "share_all_correct": mean([per_q.get(q, 0) == g for q in questions]),
+        "mean_length_kept": mean([s.output_tokens for s in kept]),
+        "mean_length_all": mean([s.output_tokens for s in samples]),
+        "kept_by_subject": dict(Counter(s.subject for s in kept)),
+        "kept_by_level": dict(Counter(s.level for s in kept)),
+        "success_counts": dict(Counter(per_q.get(q, 0) for q in questions)),
+        **counts,
+    }
 
 
-def graded_rollouts(policy, tokenizer, backend, train_rows: list[dict], round_idx: int, cfg: EIConfig, ev: EvalConfig, pool,
-                    ckpt: Checkpointer | None = None) -> tuple[list[dict], list[float]]:
+def graded_rollouts(
+    policy,
+    tokenizer,
+    backend,
+    *,
+    train_rows: list[dict],
+    round_idx: int,
+    cfg: EIConfig,
+    pool,
+    ckpt: Checkpointer | None = None,
+) -> tuple[list[GradedSample], list[float]]:
     """G graded samples for each of D_b questions from `policy`, with each response's mean token entropy.
 
-    With `ckpt`, a previous attempt's result is returned instead of generating again, and a new one is saved.
+    With `ckpt`, a previous attempt's result is returned instead of generating again, and a new one is saved (as
+    plain dicts, which a weights_only load accepts).
     """
     saved = ckpt.load() if ckpt else None
     if saved:
-        return saved["records"], saved["entropies"]
+        return [GradedSample(**s) for s in saved["samples"]], saved["entropies"]
     questions = random.Random(cfg.seed * 1000 + round_idx).sample(train_rows, min(cfg.n_questions, len(train_rows)))
     backend.sync_weights(policy)  # on vLLM: push (and verify) the policy this round starts from
-    sampling = replace(ev.sampling(cfg.rollouts_per_question), seed=ev.seed * 1000 + round_idx)
-    records = generate_and_grade(backend, questions, ev.prompt, sampling, pool)
-    entropies = response_entropies(policy, tokenizer, records)
+    samples = generate_and_grade(backend, questions, cfg.prompt, cfg.sampling(round_idx), pool)
+    entropies = response_entropies(policy, tokenizer, samples)
     if ckpt:
-        ckpt.save({"records": records, "entropies": entropies})
-    return records, entropies
+        ckpt.save({"samples": [dataclasses.asdict(s) for s in samples], "entropies": entropies})
+    return samples, entropies
 
 
-def ei_round(policy, tokenizer, backend, train_rows: list[dict], round_idx: int, cfg: EIConfig, sft_cfg: SFTConfig,
-             ev: EvalConfig, pool, evaluate_fn, scratch: str | None = None, fp: str = "",
-             log=lambda kind, row: None) -> tuple[list[dict], dict, dict]:
-    """One EI round; trains `policy` in place. Returns (rollout rows, round report, validation metrics after it).
+def round_sft_config(cfg: EIConfig, sft_cfg: SFTConfig, round_idx: int) -> SFTConfig:
+    """The `sft` settings as a round uses them: its epochs and learning rate, no mid-run validation, and no warm-up
+    unless `ei.rewarm` (a round continues from the previous round's policy)."""
+    return replace(
+        sft_cfg,
+        epochs=cfg.sft_epochs,
+        learning_rate=cfg.learning_rate,
+        seed=cfg.seed + round_idx,
+        eval_every=0,
+        warmup_ratio=sft_cfg.warmup_ratio if cfg.rewarm else 0.0,
+    )
+
+
+def kept_rollouts(
+    samples: list[GradedSample], entropies: list[float], cfg: EIConfig, round_idx: int
+) -> tuple[list[GradedSample], list[RoundRollout], dict]:
+    """(kept samples, every rollout as a RoundRollout, the round report)."""
+    kept, counts = select_kept(samples, cfg.max_kept_per_question, cfg.dedup)
+    report = {
+        **round_report(samples, kept, counts, cfg.rollouts_per_question),
+        "cap": cfg.max_kept_per_question,
+        "dedup": cfg.dedup,
+        "mean_token_entropy_rollouts": sum(entropies) / max(len(entropies), 1),
+    }
+    kept_ids = {id(s) for s in kept}
+    rollouts = [RoundRollout.of(s, e, id(s) in kept_ids, round_idx) for s, e in zip(samples, entropies)]
+    return kept, rollouts, report
+
+
+def ei_round(
+    policy,
+    tokenizer,
+    backend,
+    *,
+    train_rows: list[dict],
+    round_idx: int,
+    cfg: EIConfig,
+    sft_cfg: SFTConfig,
+    pool,
+    validate: Callable,
+    history: RunHistory,
+    scratch: str | None = None,
+    fp: str = "",
+    n_completions: int = 8,
+) -> RoundResult:
+    """One EI round; trains `policy` in place (see the module docstring).
 
     `scratch` (with fingerprint `fp` of everything the round depends on): where the graded rollouts and the SFT
-    checkpoints are kept so that a killed round resumes. The SFT rows go to `log` tagged with the round.
+    checkpoints are kept so that a killed round resumes. The round's SFT steps are logged to `history`.
     """
     gen_ckpt = Checkpointer(f"{scratch}/rollouts", fp, 1) if scratch else None
-    records, entropies = graded_rollouts(policy, tokenizer, backend, train_rows, round_idx, cfg, ev, pool, gen_ckpt)
-    kept, counts = select_kept(records, cfg.max_kept_per_question, cfg.dedup)
-    report = {**round_report(records, kept, counts, cfg.rollouts_per_question), "cap": cfg.max_kept_per_question, "dedup": cfg.dedup}
-    kept_ids = {id(r) for r in kept}
-    rollouts = [{**{k: r[k] for k in ROLLOUT_SCHEMA.names if k in r}, "mean_token_entropy": e, "kept": id(r) in kept_ids, "round": round_idx}
-                for r, e in zip(records, entropies)]
-    report["mean_token_entropy_rollouts"] = sum(entropies) / max(len(entropies), 1)
+    samples, entropies = graded_rollouts(
+        policy, tokenizer, backend, train_rows=train_rows, round_idx=round_idx, cfg=cfg, pool=pool, ckpt=gen_ckpt
+    )
+    kept, rollouts, report = kept_rollouts(samples, entropies, cfg, round_idx)
     if not kept:
-        msg = (f"EI round {round_idx}: 0 of {len(records)} rollouts were correct, so there is nothing to train on. "
-               "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise rollouts_per_question.")
+        msg = (
+            f"EI round {round_idx}: 0 of {len(samples)} rollouts were correct, so there is nothing to train on. "
+            "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise "
+            "rollouts_per_question."
+        )
         if cfg.if_no_correct == "fail":
             raise NoCorrectSamples(msg)
         print(f"WARNING: {msg} The policy is passed on untrained (ei.if_no_correct=skip).")
-        return rollouts, {**report, "trained": False, "message": msg}, evaluate_fn(policy, 0)
-    sft_rows = [{"unique_id": r["unique_id"], "prompt": r["prompt"], "response": r["response"]} for r in kept]
-    round_sft = replace(sft_cfg, epochs=cfg.sft_epochs, learning_rate=cfg.learning_rate, seed=cfg.seed + round_idx, eval_every=0)
+        final = validate(policy, full=True)
+        log_evaluation(history, 0, final, n_completions)
+        return RoundResult(rollouts, {**report, "trained": False, "message": msg}, final)
     sft_ckpt = Checkpointer(f"{scratch}/sft", fp, sft_cfg.checkpoint_every) if scratch else None
-    final = train_sft(policy, tokenizer, sft_rows, round_sft, evaluate_fn, sft_ckpt, lambda kind, row: log(kind, {"round": round_idx, **row}))
-    return rollouts, {**report, "trained": True}, final
+    rows = [{"unique_id": s.unique_id, "prompt": s.prompt, "response": s.response} for s in kept]
+    final = train_sft(
+        policy,
+        tokenizer,
+        rows=rows,
+        cfg=round_sft_config(cfg, sft_cfg, round_idx),
+        validate=validate,
+        history=history,
+        ckpt=sft_ckpt,
+        n_completions=n_completions,
+    )
+    return RoundResult(rollouts, {**report, "trained": True}, final)
 
 
 def history_row(round_idx: int, metrics: dict, report: dict | None = None) -> dict:
     """One row of a run's history (rounds.csv): validation metrics after round `round_idx` (0 = the initial
     policy, which has no round report) and the round report's scalars."""
     return {"round": round_idx, **metrics, **({s: report[s] for s in ROUND_SCALARS} if report else {})}
-
-
-def round_metrics(history: list[dict]) -> dict:
-    """The metrics.json of the last round in `history`: where it ended, where the run started, its best round."""
-    last, best = history[-1], max(history, key=lambda r: r["accuracy"])
-    keys = ("accuracy", "format_rate", "mean_token_entropy", "mean_response_length", "kept")
-    return {"round": int(last["round"]), **{k: last[k] for k in keys if k in last}, "initial_accuracy": history[0]["accuracy"],
-            "best_accuracy": best["accuracy"], "best_round": int(best["round"])}

@@ -1,4 +1,5 @@
 """Per-token log-probabilities and entropies of a causal LM (pure tensor math plus one forward pass)."""
+
 from __future__ import annotations
 
 import torch
@@ -53,8 +54,9 @@ def _forward_logits(model, input_ids: Tensor, share_prefix: bool) -> list[tuple[
     return [(pre.logits.expand(b, -1, -1), slice(0, p)), (suffix, slice(p, t))]  # (B, P, V), (B, T-P, V)
 
 
-def get_response_log_probs(model, input_ids: Tensor, labels: Tensor, return_token_entropy: bool = False,
-                           share_prefix: bool = False) -> dict[str, Tensor]:
+def get_response_log_probs(
+    model, input_ids: Tensor, labels: Tensor, return_token_entropy: bool = False, share_prefix: bool = False
+) -> dict[str, Tensor]:
     """Forward `model` and return unmasked per-token label log-probs (and, if asked, token entropies).
 
     Entropy is a logged diagnostic, so it is computed without gradient to avoid holding a second

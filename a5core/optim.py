@@ -1,4 +1,5 @@
 """Optimizer and learning-rate schedule shared by the SFT, EI and GRPO loops."""
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas: tuple[flo
 
 def make_schedule(optimizer, total_steps: int, warmup_steps: int = 0, kind: str = "constant"):
     """Linear warm-up, then constant or cosine decay to 10% of the peak."""
+
     def factor(step: int) -> float:
         if warmup_steps and step < warmup_steps:
             return (step + 1) / warmup_steps

@@ -1,10 +1,15 @@
-"""Glue shared by the training stages: their common start (configs, policy, backend, validation rows), the
-periodic evaluation closure, and saving a policy folder together with its validation metrics so that the
-next stage can start its curve (EI round 0, GRPO step 0) without evaluating the same weights again."""
+"""Glue shared by the training stages: their common start (configs, policy, backend, validation rows), the validation
+of a policy (the whole set at the end, a fixed seeded subset mid-run), and saving a policy folder together with its
+validation result, so that the next stage starts its curve (EI round 0, GRPO step 0) and its paired comparison
+without evaluating the same weights again."""
+
 from __future__ import annotations
 
 import argparse
 import json
+import random
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,13 +17,14 @@ from typing import Any
 from a5core import stage
 from a5core.artifacts import write_json
 from a5core.checkpoint import fingerprint
-from a5core.config import EvalConfig, GenerationConfig, load_section
-from a5core.evaluation import evaluate_policy
+from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
+from a5core.evaluation import Evaluation, evaluate_policy
 from a5core.generation import make_backend
 from a5core.grader.pool import GraderPool
 from a5core.model_io import load_policy
+from a5core.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
+from a5core.stats import paired_difference
 
-SCALAR_METRICS = ("accuracy", "format_rate", "mean_response_length", "mean_token_entropy", "mean_length_correct", "mean_length_incorrect")
 VALIDATION_FILE = "validation.json"
 
 
@@ -26,57 +32,173 @@ VALIDATION_FILE = "validation.json"
 class TrainingStart:
     """What every training stage starts from."""
 
-    ev: EvalConfig  # the `validation` section
+    validation: EvalConfig  # the `validation` section
+    generation: GenerationConfig
+    logging: LoggingConfig
     policy: Any
     tokenizer: Any
     backend: Any  # generation backend bound to the policy
-    val: list[dict]  # validation rows
+    validation_rows: list[dict]
 
 
-def training_start(a: argparse.Namespace, seed: int) -> TrainingStart:
-    """Seed torch, load the policy in `a.model` and its backend, read `a.validation` (paths from `stage.args`)."""
-    ev = load_section(EvalConfig, "validation", a.params)
-    gen = load_section(GenerationConfig, "generation", a.params)
-    policy, tokenizer = load_policy(a.model, stage.setup_torch(seed))
-    return TrainingStart(ev, policy, tokenizer, make_backend(gen, a.model, policy, tokenizer, seed=seed),
-                         stage.rows(a.validation, ["unique_id", "problem", "answer"]))
+def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
+    """Seed torch, check the memory and disk plans, load the policy in `args.model` (in model.dtype) and its backend,
+    read `args.validation`."""
+    generation = load_section(GenerationConfig, "generation", args.params)
+    dtype = load_section(ModelConfig, "model", args.params).dtype
+    check_plans(args.params, args.model, dtype)
+    policy, tokenizer = load_policy(args.model, stage.setup_torch(seed), dtype)
+    return TrainingStart(
+        validation=load_section(EvalConfig, "validation", args.params),
+        generation=generation,
+        logging=load_section(LoggingConfig, "logging", args.params),
+        policy=policy,
+        tokenizer=tokenizer,
+        backend=make_backend(generation, args.model, policy, tokenizer, seed=seed),
+        validation_rows=stage.rows(args.validation, ["unique_id", "problem", "answer"]),
+    )
 
 
-def make_eval_fn(tokenizer, backend, val_rows: list[dict], cfg: EvalConfig, pool: GraderPool):
-    """evaluate_fn(policy, n) -> scalar metrics on the first n validation rows (0 = cfg.n_examples)."""
-    def evaluate_fn(policy, n: int = 0) -> dict:
-        backend.sync_weights(policy)
-        rows = val_rows[: n or cfg.n_examples or len(val_rows)]
-        _, metrics = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool, progress=True)
-        return {k: metrics[k] for k in SCALAR_METRICS}
-
-    return evaluate_fn
+def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
+    """A grading pool with the section's workers and time limit (and its reward_fn unless another is named)."""
+    return GraderPool(reward_fn or cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s)
 
 
-def validation_protocol(cfg: EvalConfig, validation_path: str) -> str:
-    """Hash of what a full validation measurement depends on besides the weights: protocol and data."""
-    return fingerprint({"validation": cfg}, {"validation": validation_path})
+def check_plans(params: str, model_dir: str, dtype: str) -> None:
+    """Refuse to start when the stage's model and checkpoints cannot fit on the disk, or (on CUDA) when the memory
+    plan of `python -m a5core.plan` does not fit the GPUs."""
+    import torch
+
+    from a5core import plan
+
+    arch = plan.Arch.of(json.loads((Path(model_dir) / "config.json").read_text()))
+    plan.check_free_disk("models", plan.stage_disk_need(arch, dtype))
+    if torch.cuda.is_available():
+        gpu_gb = torch.cuda.get_device_properties(0).total_memory / plan.GB
+        lines, fits = plan.report(params, gpu_gb, model_dir)
+        print("\n".join(lines))
+        if not fits:
+            raise SystemExit("error: the memory plan does not fit (above). Nothing was run.")
 
 
-def saved_validation(model_dir: str | Path, protocol: str) -> dict | None:
-    """The metrics stored with a policy folder, if they were measured under `protocol` (else None).
+class Validator:
+    """Evaluates a policy on the validation questions: all of them (`full=True`, the reported number), or a fixed
+    seeded subset of `subset_size` (mid-run curves; the same questions and sample seeds at every step).
 
-    Evaluation is seeded and batch order is fixed, so these equal what evaluating the folder again would give.
+    `prompt`: the prompt to validate with (a GRPO run uses its own, with its own reward in `pool`).
     """
-    path = Path(model_dir) / VALIDATION_FILE
+
+    def __init__(self, start: TrainingStart, pool: GraderPool, *, subset_size: int, prompt: str | None = None):
+        self.start, self.pool, self.prompt = start, pool, prompt or start.validation.prompt
+        rows = start.validation_rows
+        k = min(subset_size, len(rows))
+        self.subset = [rows[i] for i in sorted(random.Random(start.validation.seed).sample(range(len(rows)), k))]
+
+    def __call__(self, policy, *, full: bool) -> Evaluation:
+        self.start.backend.sync_weights(policy)
+        rows = self.start.validation_rows if full else self.subset
+        return evaluate_policy(
+            policy,
+            self.start.tokenizer,
+            self.start.backend,
+            rows,
+            self.start.validation,
+            self.pool,
+            progress=True,
+            prompt=self.prompt,
+        )
+
+
+def validation_protocol(cfg: EvalConfig, validation_path: str, prompt: str | None = None) -> str:
+    """Hash of what a full validation depends on besides the weights: settings, prompt and questions."""
+    return fingerprint({"validation": cfg, "prompt": prompt or cfg.prompt}, {"validation": validation_path})
+
+
+def load_validation(path: str | Path, protocol: str) -> dict | None:
+    """{"metrics", "per_question"} saved at `path` (a JSON file, or a model folder holding one) when it was
+    measured under `protocol`; else None. Evaluation is seeded per request, so these equal a new measurement."""
+    path = Path(path)
+    path = path / VALIDATION_FILE if path.is_dir() else path
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
-    return saved["metrics"] if saved.get("protocol") == protocol else None
+    return saved if saved.get("protocol") == protocol and "per_question" in saved else None
 
 
-def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: tuple[str, dict] | None = None) -> None:
-    """Model + tokenizer + provenance.json, and (protocol, final validation metrics) as validation.json."""
+def validation_record(evaluation: Evaluation, protocol: str) -> dict:
+    return {"protocol": protocol, "metrics": evaluation.metrics, "per_question": evaluation.per_question}
+
+
+def initial_validation(path: str | Path, protocol: str, validate: Validator, policy) -> dict:
+    """The starting policy's full validation: saved with it under the same protocol, or measured now."""
+    return load_validation(path, protocol) or validation_record(validate(policy, full=True), protocol)
+
+
+def paired_summary(final: Evaluation, initial: dict) -> dict:
+    """The change from the starting policy on the same questions and seeds, with its paired 95% interval."""
+    delta, lo, hi = paired_difference(final.per_question, initial["per_question"])
+    return {
+        "initial_accuracy": initial["metrics"]["accuracy"],
+        "delta": delta,
+        "delta_lo": lo,
+        "delta_hi": hi,
+        "delta_excludes_zero": lo > 0 or hi < 0,
+    }
+
+
+class Snapshots:
+    """Intermediate models a user can load: every `every` optimizer steps (logging.save_every; 0 = none), the policy
+    as an HF folder `<folder>/step_<k>` (the same format as the final model). Outside DVC and git: `checkpoints/`."""
+
+    def __init__(self, folder: str | Path, every: int, tokenizer, prov: dict):
+        self.folder, self.every, self.tokenizer, self.prov = Path(folder), every, tokenizer, prov
+
+    def __call__(self, policy, step: int) -> None:
+        if self.every and step % self.every == 0:
+            save_policy(policy, self.tokenizer, self.folder / f"step_{step}", {**self.prov, "step": step})
+
+
+METRIC_KEYS = ("accuracy", "accuracy_lo", "accuracy_hi", "delta", "delta_lo", "delta_hi")
+
+
+def write_results(metrics_path: str | Path, final: Evaluation, initial: dict | None = None, **extra) -> dict:
+    """A stage's results: `metrics.json` holds the few numbers `dvc metrics show` / `dvc exp show` list (accuracy
+    with its 95% interval, and the paired change from the starting policy with its interval); `details.json` beside
+    it holds the rest (format rate, protocol size, starting accuracy, steps, wall time, ...: `extra`)."""
+    out = {**final.metrics, **(paired_summary(final, initial) if initial else {}), **extra}
+    metrics_path = Path(metrics_path)
+    write_json({k: out[k] for k in METRIC_KEYS if k in out}, metrics_path)
+    write_json({k: v for k, v in out.items() if k not in METRIC_KEYS}, metrics_path.with_name("details.json"))
+    return out
+
+
+def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: dict | None = None) -> None:
+    """A loadable HF folder, written beside `out` and renamed into place (never written into an existing, possibly
+    cache-linked, output): weights in the training dtype, the tokenizer with the r1_zero chat template, a generation
+    config that stops at `</answer>`, provenance.json, and the final validation (validation.json) when given."""
+    from transformers import GenerationConfig as HFGenerationConfig
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    write_json(prov, out / "provenance.json")
-    if validation:
-        protocol, metrics = validation
-        write_json({"protocol": protocol, "metrics": {k: metrics[k] for k in SCALAR_METRICS}}, out / VALIDATION_FILE)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        policy.generation_config = HFGenerationConfig(
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=1024,
+            stop_strings=list(STOPS["r1_zero"]),
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        policy.save_pretrained(tmp)
+        tokenizer.chat_template = R1_ZERO_CHAT_TEMPLATE
+        tokenizer.save_pretrained(tmp)
+        write_json(prov, tmp / "provenance.json")
+        if validation:
+            write_json(validation, tmp / VALIDATION_FILE)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,97 +1,69 @@
-"""The `plots` stage: PNG figures of every method's curves and `reports/summary.md` (one accuracy table)."""
+"""The `plots` stage's figures: every configured run's curves, with 95% bands, in PNGs a paper draft can use.
+
+Each curve starts at its run's starting policy (step 0 / round 0); x is the optimizer step (so off-policy GRPO runs,
+with several optimizer steps per rollout batch, are drawn without vertical zig-zags), the EI round, or wall-clock
+seconds; bands are the 95% intervals each evaluation recorded. GRPO gets one overview figure and one figure per
+ablation: runs are grouped by which `grpo` settings they override (the base run, with no overrides, is in every
+group), so the handout's experiments in `profiles/full.yaml` each get their own figure without naming runs here.
+"""
+
 from __future__ import annotations
 
-import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen before pyplot loads
 
-from a5core.runlog import read_log  # noqa: E402
+from a5core.history import read_log, write_csv  # noqa: E402
+
+ACCURACY = "validation accuracy (fraction correct)"
 
 
-def _lines(ax, series: dict[str, list[dict]], x: str, y: str, title: str) -> None:
-    for name, rows in series.items():
-        pts = [(r[x], r[y]) for r in rows if _is_num(r.get(y)) and _is_num(r.get(x))]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3, label=name)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+@dataclass(frozen=True)
+class Result:
+    """One line of the summary: a method's run, its final metrics, and the figure that shows it."""
+
+    method: str
+    run: str
+    metrics: dict
+    figure: str
+    detail: str = ""
 
 
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _curve(ax, rows: list[dict], x: str, y: str, label: str, band: bool = False) -> None:
+    pts = [r for r in rows if _is_num(r.get(x)) and _is_num(r.get(y))]
+    if not pts:
+        return
+    xs = [r[x] for r in pts]
+    (line,) = ax.plot(xs, [r[y] for r in pts], marker="o", ms=3, label=label)
+    if band and all(_is_num(r.get(f"{y}_lo")) and _is_num(r.get(f"{y}_hi")) for r in pts):
+        ax.fill_between(
+            xs, [r[f"{y}_lo"] for r in pts], [r[f"{y}_hi"] for r in pts], alpha=0.15, color=line.get_color()
+        )
+
+
+def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _save(fig, out: Path, name: str) -> str:
     fig.tight_layout()
-    fig.savefig(out / name, dpi=90)
+    fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name
-
-
-def make_plots(results: Path, out: Path, runs: dict[str, list[str]], ei_last: str = "") -> list[tuple[str, str, float, str]]:
-    """Draw every figure into `out`; returns summary rows (method, run, accuracy, figure).
-
-    `runs` names the configured runs per family ({"sft": [...], "ei": [...], "grpo": [...]}, from params.yaml),
-    so results left in the workspace by runs that were since removed from params are not drawn. `ei_last`: the
-    results folder of an EI run's last round, with `{run}` for the run's name (its rounds.csv holds every round).
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    rows: list[tuple[str, str, float, str]] = []
-    base = json.loads((results / "baseline" / "metrics.json").read_text())
-    fig, ax = plt.subplots(figsize=(5, 3))
-    cats = ["format1_answer1", "format1_answer0", "format0_answer0"]
-    ax.bar(cats, [base[c] for c in cats])
-    ax.set_title("zero-shot baseline categories")
-    rows.append(("zero-shot", "baseline", base["accuracy"], _save(fig, out, "baseline_categories.png")))
-
-    sft = _run_dirs(str(results / "sft" / "{run}"), runs.get("sft", []))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    _lines(axes[0], {k: read_log(d / "logs" / "eval.csv") for k, d in sft.items()}, "step", "accuracy", "SFT validation accuracy")
-    finals = {k: json.loads((d / "metrics.json").read_text()) for k, d in sft.items()}
-    write_sft_sizes(finals, out.parent / "sft_by_size.csv")
-    axes[1].bar(list(finals), [m["accuracy"] for m in finals.values()])
-    axes[1].set_title("final SFT accuracy by dataset (size / filtered)")
-    name = _save(fig, out, "sft.png")
-    rows += [("SFT", k, m["accuracy"], name) for k, m in finals.items()]
-
-    ei = _run_dirs(ei_last or str(results / "ei" / "{run}"), runs.get("ei", []))
-    if ei:
-        rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in ei.items()}
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        _lines(axes[0], rounds, "round", "accuracy", "EI validation accuracy per round (0 = initial policy)")
-        _lines(axes[1], rounds, "round", "mean_token_entropy", "EI response entropy per round")
-        name = _save(fig, out, "ei.png")
-        for k, d in ei.items():
-            m = json.loads((d / "metrics.json").read_text())
-            rows.append(("EI", f"{k}, {m['round']} rounds (from {m['initial_accuracy']:.3f})", m["accuracy"], name))
-
-    grpo = _run_dirs(str(results / "grpo" / "{run}"), runs.get("grpo", []))
-    if grpo:
-        evals = {k: read_log(d / "logs" / "eval.csv") for k, d in grpo.items()}
-        train = {k: read_log(d / "logs" / "train.csv") for k, d in grpo.items()}
-        fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-        _lines(axes[0][0], evals, "step", "accuracy", "GRPO validation accuracy vs step")
-        _lines(axes[0][1], evals, "wall_s", "accuracy", "GRPO validation accuracy vs wall-clock")
-        _lines(axes[0][2], train, "step", "token_entropy", "token entropy")
-        _lines(axes[1][0], train, "step", "response_length", "response length")
-        _lines(axes[1][1], train, "step", "grad_norm", "gradient norm")
-        _lines(axes[1][2], train, "step", "clip_fraction", "clip fraction")
-        name = _save(fig, out, "grpo.png")
-        for k, d in grpo.items():
-            m = json.loads((d / "metrics.json").read_text())
-            start = [r["accuracy"] for r in evals[k] if r.get("step") == 0]
-            origin = f" (from {start[0]:.3f} at step 0)" if start else ""
-            rows.append(("GRPO", f"{k}, {m['steps_done']} steps{origin}", m["accuracy"], name))
-    return rows
 
 
 def _run_dirs(pattern: str, names: list[str]) -> dict[str, Path]:
@@ -102,17 +74,140 @@ def _run_dirs(pattern: str, names: list[str]) -> dict[str, Path]:
     return dirs
 
 
-def write_sft_sizes(finals: dict[str, dict], path: Path) -> None:
-    """Final SFT accuracy per run and its number of examples, for `dvc plots` (accuracy vs dataset size)."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "examples", "accuracy", "format_rate"])
-        for run, m in sorted(finals.items(), key=lambda kv: kv[1].get("examples", 0)):
-            w.writerow([run, m.get("examples", ""), m["accuracy"], m["format_rate"]])
+def _metrics(folder: Path) -> dict:
+    """A stage's metrics.json and details.json (when there is one) together."""
+    details = folder / "details.json"
+    return {
+        **json.loads((folder / "metrics.json").read_text()),
+        **(json.loads(details.read_text()) if details.exists() else {}),
+    }
 
 
-def summary_markdown(rows: list[tuple[str, str, float, str]], figures_rel: str) -> str:
-    lines = ["# Summary", "", "Validation accuracy of every method and run (written by the `plots` stage).", "",
-             "| method | run | accuracy | figure |", "|---|---|---|---|"]
-    lines += [f"| {m} | {r} | {a:.3f} | [{f}]({figures_rel}/{f}) |" for m, r, a, f in rows]
-    return "\n".join(lines) + "\n"
+def baseline_figure(results: Path, out: Path) -> Result:
+    base = _metrics(results / "baseline")
+    breakdown = json.loads((results / "baseline" / "breakdown.json").read_text())
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    cats = {
+        "format 1, answer 1": "format1_answer1",
+        "format 1, answer 0": "format1_answer0",
+        "format 0, answer 0": "format0_answer0",
+    }
+    ax.bar(list(cats), [breakdown[k] for k in cats.values()])
+    _axes(ax, "handout category", "responses (questions x samples)", "zero-shot baseline: format and answer")
+    return Result("zero-shot", "baseline", base, _save(fig, out, "baseline_categories.png"))
+
+
+def sft_figure(results: Path, out: Path, names: list[str]) -> list[Result]:
+    dirs = _run_dirs(str(results / "sft" / "{run}"), names)
+    finals = {k: _metrics(d) for k, d in dirs.items()}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for k, d in dirs.items():
+        _curve(axes[0], read_log(d / "logs" / "eval.csv"), "step", "accuracy", k, band=True)
+    _axes(axes[0], "optimizer step", ACCURACY, "SFT: validation accuracy (95% bands)")
+    order = sorted(finals, key=lambda k: (finals[k].get("examples", 0), k))
+    acc = [finals[k]["accuracy"] for k in order]
+    err = [
+        [a - finals[k]["accuracy_lo"] for k, a in zip(order, acc)],
+        [finals[k]["accuracy_hi"] - a for k, a in zip(order, acc)],
+    ]
+    axes[1].bar([f"{k}\n({finals[k].get('examples', '?')})" for k in order], acc, yerr=err, capsize=3)
+    _axes(axes[1], "run (unique training examples)", ACCURACY, "SFT: final accuracy by data size / filtering")
+    name = _save(fig, out, "sft.png")
+    write_csv(
+        [
+            {
+                "run": k,
+                "examples": finals[k].get("examples", ""),
+                "accuracy": finals[k]["accuracy"],
+                "accuracy_lo": finals[k]["accuracy_lo"],
+                "accuracy_hi": finals[k]["accuracy_hi"],
+            }
+            for k in order
+        ],
+        out.parent / "sft_by_size.csv",
+    )
+    return [Result("SFT", k, finals[k], name, f"{finals[k].get('examples', '?')} examples") for k in names]
+
+
+def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
+    if not names:
+        return []
+    dirs = _run_dirs(ei_last, names)
+    rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in dirs.items()}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for k, rows in rounds.items():
+        _curve(axes[0], rows, "round", "accuracy", k, band=True)
+        _curve(axes[1], rows, "round", "mean_token_entropy", k)
+    _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
+    _axes(axes[1], "EI round (0 = starting policy)", "mean token entropy (nats)", "Expert Iteration: response entropy")
+    name = _save(fig, out, "ei.png")
+    return [Result("EI", k, _metrics(d), name, f"{int(_metrics(d).get('round', 0))} rounds") for k, d in dirs.items()]
+
+
+GRPO_PANELS = (  # (log, x, y, x label, y label, title)
+    ("eval", "step", "accuracy", "optimizer step", ACCURACY, "validation accuracy"),
+    ("eval", "wall_s", "accuracy", "wall-clock (s)", ACCURACY, "validation accuracy vs wall-clock"),
+    ("train", "step", "token_entropy", "optimizer step", "mean token entropy (nats)", "response entropy"),
+    ("train", "step", "response_length", "optimizer step", "mean response length (tokens)", "response length"),
+    ("train", "step", "grad_norm", "optimizer step", "gradient norm (before clipping)", "gradient norm"),
+    ("train", "step", "train_reward", "optimizer step", "mean rollout reward", "training reward"),
+)
+
+
+def grpo_panels(dirs: dict[str, Path], out: Path, name: str, title: str) -> str:
+    logs = {k: {kind: read_log(d / "logs" / f"{kind}.csv") for kind in ("eval", "train")} for k, d in dirs.items()}
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
+    for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS):
+        for k in dirs:
+            _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
+        _axes(ax, xlabel, ylabel, panel)
+    fig.suptitle(title)
+    return _save(fig, out, name)
+
+
+def ablation_groups(overrides: dict[str, dict]) -> dict[str, list[str]]:
+    """Runs grouped by the set of `grpo` keys they override; the base run(s) (no overrides) join every group."""
+    base = [k for k, o in overrides.items() if not o]
+    groups: dict[str, list[str]] = {}
+    for k, o in overrides.items():
+        if o:
+            groups.setdefault("+".join(sorted(o)), list(base)).append(k)
+    return groups
+
+
+def grpo_figures(results: Path, out: Path, overrides: dict[str, dict]) -> list[Result]:
+    if not overrides:
+        return []
+    dirs = _run_dirs(str(results / "grpo" / "{run}"), list(overrides))
+    name = grpo_panels(dirs, out, "grpo.png", "GRPO: every run (95% bands on validation accuracy)")
+    for keys, runs in ablation_groups(overrides).items():
+        if len(runs) > 1 and len(runs) < len(dirs):
+            grpo_panels(
+                {k: dirs[k] for k in runs}, out, f"grpo_{keys}.png", f"GRPO ablation: {keys.replace('+', ', ')}"
+            )
+    return [Result("GRPO", k, _metrics(d), name, _grpo_detail(_metrics(d), overrides[k])) for k, d in dirs.items()]
+
+
+def _grpo_detail(metrics: dict, overrides: dict) -> str:
+    detail = f"{int(metrics.get('steps_done', 0))} steps"
+    if overrides.get("prompt", "r1_zero") != "r1_zero":
+        detail += f"; trained and validated with the {overrides['prompt']} prompt and its reward"
+    return detail
+
+
+def make_plots(
+    results: Path, out: Path, runs: dict[str, list[str]], grpo_overrides: dict[str, dict], ei_last: str = ""
+) -> list[Result]:
+    """Draw every figure into `out`; returns one Result per configured run (baseline first).
+
+    `runs` names the configured SFT and EI runs ({"sft": [...], "ei": [...]}, from params.yaml) and `grpo_overrides`
+    the GRPO runs with their overrides, so results left in the workspace by removed runs are not drawn. `ei_last`: the
+    results folder of an EI run's last round, with `{run}` for the run's name (its rounds.csv holds every round).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        baseline_figure(results, out),
+        *sft_figure(results, out, runs.get("sft", [])),
+        *ei_figure(ei_last or str(results / "ei" / "{run}"), out, runs.get("ei", [])),
+        *grpo_figures(results, out, grpo_overrides),
+    ]

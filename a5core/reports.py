@@ -1,61 +1,124 @@
-"""Markdown reports written by stages (case analysis of an evaluation, SFT-data filtering)."""
+"""Markdown reports written by stages (case analysis of an evaluation, SFT-data filtering, EI rounds).
+
+Model output and data text are untrusted: every such cell goes through `md_cell`, which turns each character that
+Markdown or HTML would interpret into a numeric entity, so a response renders as the literal text it is (its own
+`<think>`/`<answer>` tags stay visible) and no `<script>`, event handler, image, link or emphasis can take effect.
+"""
+
 from __future__ import annotations
 
 import json
 
+from a5core.records import GradedSample
 
-def _clip(s: str | None, n: int = 300) -> str:
-    s = (s or "").replace("\n", " ").replace("|", "\\|")
-    return s if len(s) <= n else s[:n] + " …"
+# Characters with a meaning in Markdown or HTML (and ':' so no URL is auto-linked), written as entities.
+_INERT = {ord(c): f"&#{ord(c)};" for c in "&<>\"'\\`*_[](){}!|#~:=+-"} | {ord("\n"): " ⏎ ", ord("\r"): " "}
 
 
-def eval_case_report(title: str, records: list[dict], metrics: dict, per_category: int = 3) -> str:
+def md_cell(text: str | None, limit: int = 300) -> str:
+    """`text` as an inert Markdown table cell, clipped to `limit` characters (see the module docstring)."""
+    s = text or ""
+    clipped = len(s) > limit
+    return s[:limit].translate(_INERT) + (" …" if clipped else "")
+
+
+def _interval(m: dict) -> str:
+    return f"**{m['accuracy']:.3f}** (95% CI {m['accuracy_lo']:.3f}–{m['accuracy_hi']:.3f})"
+
+
+def eval_case_report(
+    title: str, samples: list[GradedSample], metrics: dict, breakdown: dict, per_category: int = 3
+) -> str:
     """Examples of each handout category with their grading status, so model and parser errors can be told apart."""
-    lines = [f"# {title}", "", f"accuracy **{metrics['accuracy']:.3f}**, format rate **{metrics['format_rate']:.3f}** "
-             f"over {metrics['n']} generations", "", "| category | count |", "|---|---|",
-             f"| format 1, answer 1 | {metrics['format1_answer1']} |", f"| format 1, answer 0 | {metrics['format1_answer0']} |",
-             f"| format 0, answer 0 | {metrics['format0_answer0']} |", "", "Grading status counts (parse failures vs wrong answers): "
-             + json.dumps(metrics["status_counts"]), ""]
-    cats = {"format 1, answer 1": lambda r: r["format_reward"] == 1 and r["answer_reward"] == 1,
-            "format 1, answer 0": lambda r: r["format_reward"] == 1 and r["answer_reward"] == 0,
-            "format 0, answer 0": lambda r: r["format_reward"] == 0}
-    for name, pred in cats.items():
+    lines = [
+        f"# {title}",
+        "",
+        f"accuracy {_interval(metrics)}, format rate **{metrics['format_rate']:.3f}**, over {metrics['n_questions']} "
+        f"questions x {metrics['samples_per_question']} samples",
+        "",
+        "| category | count |",
+        "|---|---|",
+        f"| format 1, answer 1 | {metrics['format1_answer1']} |",
+        f"| format 1, answer 0 | {metrics['format1_answer0']} |",
+        f"| format 0, answer 0 | {metrics['format0_answer0']} |",
+        "",
+        "Grading status counts (parse failures vs wrong answers): " + md_cell(json.dumps(breakdown["status_counts"])),
+        "",
+    ]
+    categories = {
+        "format 1, answer 1": lambda s: s.format_reward == 1 and s.answer_reward == 1,
+        "format 1, answer 0": lambda s: s.format_reward == 1 and s.answer_reward == 0,
+        "format 0, answer 0": lambda s: s.format_reward == 0,
+    }
+    for name, chosen in categories.items():
         lines += [f"## {name}", "", "| id | status | extracted | ground truth | response |", "|---|---|---|---|---|"]
-        for r in [r for r in records if pred(r)][:per_category]:
-            lines.append(f"| {r['unique_id']} | {r['status']} | {_clip(r['extracted'], 40)} | {_clip(r['ground_truth'], 40)} | {_clip(r['response'])} |")
+        for s in [s for s in samples if chosen(s)][:per_category]:
+            lines.append(
+                f"| {md_cell(s.unique_id, 60)} | {md_cell(s.status)} | {md_cell(s.extracted, 40)} "
+                f"| {md_cell(s.ground_truth, 40)} | {md_cell(s.response)} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def filter_report(total: list[dict], kept: list[dict], rejected: list[dict], stats: dict) -> str:
-    lines = ["# SFT data filtering", "", f"kept **{len(kept)} / {len(total)}** traces ({stats['retention']:.1%})", "",
-             f"mean response length (chars): before {stats['mean_len_before']:.1f}, after {stats['mean_len_after']:.1f}", "",
-             "| group | kept | total |", "|---|---|---|"]
+    lines = [
+        "# SFT data filtering",
+        "",
+        f"kept **{len(kept)} / {len(total)}** traces ({stats['retention']:.1%})",
+        "",
+        f"mean response length (chars): before {stats['mean_len_before']:.1f}, after {stats['mean_len_after']:.1f}",
+        "",
+        "| group | kept | total |",
+        "|---|---|---|",
+    ]
     for key, (k, t) in sorted(stats["by_group"].items()):
-        lines.append(f"| {key} | {k} | {t} |")
+        lines.append(f"| {md_cell(key)} | {k} | {t} |")
     lines += ["", "## Rejected examples", "", "| id | status | extracted | ground truth |", "|---|---|---|---|"]
     for r in rejected[:8]:
-        lines.append(f"| {r['unique_id']} | {r['status']} | {_clip(r['extracted'], 40)} | {_clip(r['ground_truth'], 40)} |")
+        lines.append(
+            f"| {md_cell(r['unique_id'], 60)} | {md_cell(r['status'])} | {md_cell(r['extracted'], 40)} "
+            f"| {md_cell(r['ground_truth'], 40)} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _round_line(r: dict) -> str:
+    head = (
+        f"| {r['round']:.0f}{' (initial policy)' if r['round'] == 0 else ''} | {r['accuracy']:.3f} "
+        f"({r['accuracy_lo']:.3f}–{r['accuracy_hi']:.3f}) | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |"
+    )
+    if r["round"] == 0:
+        return head + " |" * 8
+    return head + (
+        f" {r['rollouts']:.0f} | {r['correct']:.0f} | {r['kept']:.0f} | {r['retention']:.1%} "
+        f"| {r['share_zero_correct']:.1%} | {r['share_all_correct']:.1%} | {r['duplicates_removed']:.0f} "
+        f"| {r['removed_by_cap']:.0f} |"
+    )
 
 
 def ei_report(run: str, history: list[dict], report: dict) -> str:
     """The report of one Expert Iteration round: every round so far (history rows, round 0 = the initial
     policy), then this round's data details (`report`, from `a5core.ei.round_report`)."""
     k = int(history[-1]["round"])
-    lines = [f"# Expert Iteration: {run}, round {k}", "", "| round | accuracy | format rate | entropy | rollouts | correct | kept | retention "
-             "| zero-correct questions | all-correct questions | duplicates removed | removed by cap |", "|---" * 12 + "|"]
-    for r in history:
-        head = f"| {r['round']:.0f}{' (initial policy)' if r['round'] == 0 else ''} | {r['accuracy']:.3f} | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |"
-        if r["round"] == 0:
-            lines.append(head + " |" * 8)
-            continue
-        lines.append(head + f" {r['rollouts']:.0f} | {r['correct']:.0f} | {r['kept']:.0f} | {r['retention']:.1%} | {r['share_zero_correct']:.1%} "
-                     f"| {r['share_all_correct']:.1%} | {r['duplicates_removed']:.0f} | {r['removed_by_cap']:.0f} |")
-    lines += ["", f"## Round {k}" + ("" if report["trained"] else " (not trained: no correct rollout)"), "",
-              f"- questions by number of correct samples: {json.dumps(report['success_counts'], sort_keys=True)}",
-              f"- kept by subject: {json.dumps(report['kept_by_subject'], sort_keys=True)}; by level: {json.dumps(report['kept_by_level'], sort_keys=True)}",
-              f"- mean response length (tokens): kept {report['mean_length_kept']:.1f}, all rollouts {report['mean_length_all']:.1f}",
-              f"- per-question cap {report['cap'] or 'none'}, dedup {'on' if report['dedup'] else 'off'}: {report['duplicates_removed']} "
-              f"duplicates and {report['removed_by_cap']} samples over the cap removed"]
+    lines = [
+        f"# Expert Iteration: {md_cell(run)}, round {k}",
+        "",
+        "| round | accuracy (95% CI) | format rate | entropy | rollouts | correct | kept | retention "
+        "| zero-correct questions | all-correct questions | duplicates removed | removed by cap |",
+        "|---" * 12 + "|",
+    ]
+    lines += [_round_line(r) for r in history]
+    lines += [
+        "",
+        f"## Round {k}" + ("" if report["trained"] else " (not trained: no correct rollout)"),
+        "",
+        f"- questions by number of correct samples: {json.dumps(report['success_counts'], sort_keys=True)}",
+        f"- kept by subject: {md_cell(json.dumps(report['kept_by_subject'], sort_keys=True), 2000)}; by level: "
+        f"{md_cell(json.dumps(report['kept_by_level'], sort_keys=True), 2000)}",
+        f"- mean response length (tokens): kept {report['mean_length_kept']:.1f}, all rollouts "
+        f"{report['mean_length_all']:.1f}",
+        f"- per-question cap {report['cap'] or 'none'}, dedup {'on' if report['dedup'] else 'off'}: "
+        f"{report['duplicates_removed']} duplicates and {report['removed_by_cap']} samples over the cap removed",
+    ]
     return "\n".join(lines) + "\n"

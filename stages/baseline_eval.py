@@ -1,29 +1,49 @@
-"""Stage baseline_eval: zero-shot evaluation of the fetched model on the validation set."""
+"""Stage baseline_eval: zero-shot evaluation of the fetched model on the validation set (`eval` section), and the
+base model's validation under the `validation` protocol, which SFT runs start their curves and paired changes from."""
+
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
-from a5core.config import EvalConfig, GenerationConfig, load_section
-from a5core.evaluation import GENERATION_SCHEMA, evaluate_policy, storable
+from a5core.config import EvalConfig, GenerationConfig, ModelConfig, load_section
+from a5core.evaluation import evaluate_policy
 from a5core.generation import make_backend
 from a5core.grader import GraderPool
 from a5core.model_io import load_policy
+from a5core.pipeline import validation_protocol, validation_record, write_results
+from a5core.records import GENERATION_SCHEMA
 from a5core.reports import eval_case_report
 
 
-def main() -> None:
-    a = stage.args("model", "validation", "generations", "metrics", "report")
-    cfg = load_section(EvalConfig, "eval", a.params)
-    gen = load_section(GenerationConfig, "generation", a.params)
-    device = stage.setup_torch(cfg.seed)
-    rows = stage.rows(a.validation, ["unique_id", "problem", "answer"], cfg.n_examples)
-    policy, tokenizer = load_policy(a.model, device)
-    backend = make_backend(gen, a.model, policy, tokenizer, seed=cfg.seed)
+def evaluate(policy, tokenizer, backend, rows, cfg: EvalConfig):
     with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
-        records, metrics = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
-    prov = provenance("baseline_eval", {"eval": cfg, "generation": gen}, {"model": a.model, "validation": a.validation})
-    write_parquet(storable(records), a.generations, prov, GENERATION_SCHEMA)
-    write_json(metrics, a.metrics)
-    write_text(eval_case_report("Zero-shot baseline", records, metrics), a.report)
-    print(f"baseline accuracy {metrics['accuracy']:.3f}, format rate {metrics['format_rate']:.3f}")
+        return evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
+
+
+def main() -> None:
+    args = stage.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial")
+    cfg = load_section(EvalConfig, "eval", args.params)
+    val_cfg = load_section(EvalConfig, "validation", args.params)
+    gen = load_section(GenerationConfig, "generation", args.params)
+    rows = stage.rows(args.validation, ["unique_id", "problem", "answer"])
+    policy, tokenizer = load_policy(
+        args.model, stage.setup_torch(cfg.seed), load_section(ModelConfig, "model", args.params).dtype
+    )
+    backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed)
+    result = evaluate(policy, tokenizer, backend, rows, cfg)
+    # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.
+    base = result if val_cfg == cfg else evaluate(policy, tokenizer, backend, rows, val_cfg)
+    write_json(validation_record(base, validation_protocol(val_cfg, args.validation)), args.initial)
+    prov = provenance(
+        "baseline_eval", {"eval": cfg, "generation": gen}, {"model": args.model, "validation": args.validation}
+    )
+    write_parquet([s.row() for s in result.samples], args.generations, prov, GENERATION_SCHEMA)
+    write_results(args.metrics, result)
+    write_json({**result.metrics, **result.breakdown}, args.breakdown)
+    write_text(eval_case_report("Zero-shot baseline", result.samples, result.metrics, result.breakdown), args.report)
+    m = result.metrics
+    print(
+        f"baseline accuracy {m['accuracy']:.3f} [{m['accuracy_lo']:.3f}, {m['accuracy_hi']:.3f}], "
+        f"format rate {m['format_rate']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Stage fetch_model: resolve model.source into a local model folder."""
+
 from a5core import stage
 from a5core.artifacts import provenance, write_json
 from a5core.config import ModelConfig, load_section
@@ -6,11 +7,11 @@ from a5core.model_io import fetch_model
 
 
 def main() -> None:
-    a = stage.args("out")
-    cfg = load_section(ModelConfig, "model", a.params)
-    record = fetch_model(cfg, a.out)
-    write_json({**provenance("fetch_model", cfg), "resolved": record}, f"{a.out}/provenance.json")
-    print(f"model ready in {a.out}: {record}")
+    args = stage.args("out")
+    cfg = load_section(ModelConfig, "model", args.params)
+    record = fetch_model(cfg, args.out)
+    write_json({**provenance("fetch_model", cfg), "resolved": record}, f"{args.out}/provenance.json")
+    print(f"model ready in {args.out}: {record}")
 
 
 if __name__ == "__main__":

@@ -1,36 +1,73 @@
 """Stage grpo@<run>: GRPO with one named run's overrides on the shared `grpo` params."""
+
 from a5core import stage
-from a5core.artifacts import provenance, write_json, write_parquet
+from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import load_run
-from a5core.grader import GraderPool
 from a5core.grpo import GRPOConfig, train_grpo
-from a5core.pipeline import make_eval_fn, save_policy, saved_validation, training_start, validation_protocol
+from a5core.history import RunHistory
+from a5core.pipeline import (
+    Snapshots,
+    Validator,
+    grader_pool,
+    initial_validation,
+    save_policy,
+    training_start,
+    validation_protocol,
+    validation_record,
+    write_results,
+)
 from a5core.prompts import REWARD_FNS
-from a5core.runlog import RunLog
 
 
 def main() -> None:
-    a = stage.args("run", "model", "train", "validation", "out", "metrics", "logs", "examples", "scratch")
-    cfg = load_run(GRPOConfig, "grpo", "grpo_runs", a.run, a.params)  # validated here, before any work
-    s = training_start(a, cfg.seed)
-    train = stage.rows(a.train, ["unique_id", "problem", "answer"])
-    inputs = {"model": a.model, "train": a.train, "validation": a.validation}
-    params = {"grpo": cfg, "validation": s.ev}
-    ckpt = Checkpointer(a.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-    protocol = validation_protocol(s.ev, a.validation)
-    examples: list = []
-    # Training rollouts use the run's prompt and its reward; validation always uses the validation prompt and grader.
-    with GraderPool(REWARD_FNS[cfg.prompt], s.ev.grader_workers, s.ev.grader_timeout_s) as pool, \
-            GraderPool(s.ev.reward_fn, s.ev.grader_workers, s.ev.grader_timeout_s) as eval_pool:
-        summary = train_grpo(s.policy, s.tokenizer, s.backend, train, cfg, s.ev, pool, make_eval_fn(s.tokenizer, s.backend, s.val, s.ev, eval_pool),
-                             ckpt, RunLog(a.logs), examples, initial=saved_validation(a.model, protocol))
-    prov = provenance(f"grpo@{a.run}", params, inputs)
-    write_parquet(examples, a.examples, prov)
-    save_policy(s.policy, s.tokenizer, a.out, prov, (protocol, summary))
-    write_json(summary, a.metrics)
+    args = stage.args("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch")
+    cfg = load_run(GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
+    start = training_start(args, cfg.seed)
+    train = stage.rows(args.train, ["unique_id", "problem", "answer"])
+    inputs = {"model": args.model, "train": args.train, "validation": args.validation}
+    params = {"grpo": cfg, "validation": start.validation, "model_dtype": start.policy.dtype}
+    ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
+    # Each run is trained and validated with its own prompt and that prompt's reward; a run with the validation
+    # section's prompt is validated with the validation section's reward_fn.
+    protocol = validation_protocol(start.validation, args.validation, cfg.prompt)
+    val_reward = start.validation.reward_fn if cfg.prompt == start.validation.prompt else REWARD_FNS[cfg.prompt]
+    history = RunHistory(args.live, args.logs, name=f"grpo@{args.run}", total_steps=0, cfg=start.logging)
+    with (
+        history,
+        grader_pool(start.validation, REWARD_FNS[cfg.prompt]) as pool,
+        grader_pool(start.validation, val_reward) as vpool,
+    ):
+        validate = Validator(start, vpool, subset_size=cfg.eval_examples, prompt=cfg.prompt)
+        initial = initial_validation(args.model, protocol, validate, start.policy)
+        summary = train_grpo(
+            start.policy,
+            start.tokenizer,
+            start.backend,
+            train_rows=train,
+            cfg=cfg,
+            pool=pool,
+            validate=validate,
+            history=history,
+            ckpt=ckpt,
+            initial=initial,
+            n_completions=start.logging.completions,
+            snapshot=Snapshots(f"checkpoints/grpo@{args.run}", start.logging.save_every, start.tokenizer, params),
+        )
+    final = summary.pop("final")
+    save_policy(
+        start.policy,
+        start.tokenizer,
+        args.out,
+        provenance(f"grpo@{args.run}", params, inputs),
+        validation_record(final, protocol),
+    )
+    write_results(args.metrics, final, initial, **summary)
     ckpt.clear()
-    print(f"grpo@{a.run}: validation accuracy {summary['accuracy']:.3f} (best {summary['best_accuracy']:.3f} at step {summary['best_step']})")
+    print(
+        f"grpo@{args.run}: validation accuracy {final.metrics['accuracy']:.3f} (best {summary['best_accuracy']:.3f} "
+        f"at optimizer step {summary['best_step']})"
+    )
 
 
 if __name__ == "__main__":

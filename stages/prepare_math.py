@@ -1,4 +1,5 @@
 """Stage prepare_math: train / validation / SFT Parquet files from the data params."""
+
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet
 from a5core.config import DataConfig, load_section
@@ -6,16 +7,19 @@ from a5core.data.adapters import PROBLEM_SCHEMA, SFT_SCHEMA
 from a5core.data.prepare import prepare
 
 
+def columns(rows: list[dict], schema) -> list[dict]:
+    return [{k: r.get(k, "") for k in schema.names} for r in rows]
+
+
 def main() -> None:
-    a = stage.args("train", "validation", "sft", "report")
-    cfg = load_section(DataConfig, "data", a.params)
+    args = stage.args("train", "validation", "sft", "report")
+    cfg = load_section(DataConfig, "data", args.params)
     splits, report = prepare(cfg)
     prov = provenance("prepare_math", cfg)
-    keep = lambda rows, schema: [{k: r.get(k, "") for k in schema.names} for r in rows]  # noqa: E731
-    write_parquet(keep(splits["train"], PROBLEM_SCHEMA), a.train, prov, PROBLEM_SCHEMA)
-    write_parquet(keep(splits["validation"], PROBLEM_SCHEMA), a.validation, prov, PROBLEM_SCHEMA)
-    write_parquet(keep(splits["sft"], SFT_SCHEMA), a.sft, prov, SFT_SCHEMA)
-    write_json(report, a.report)
+    write_parquet(columns(splits["train"], PROBLEM_SCHEMA), args.train, prov, PROBLEM_SCHEMA)
+    write_parquet(columns(splits["validation"], PROBLEM_SCHEMA), args.validation, prov, PROBLEM_SCHEMA)
+    write_parquet(columns(splits["sft"], SFT_SCHEMA), args.sft, prov, SFT_SCHEMA)
+    write_json(report, args.report)
     print(report)
 
 

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -10,3 +12,14 @@ def tiny():
     torch.manual_seed(0)
     model, tok = build_tiny_model(seed=0)
     return model, tok
+
+
+@pytest.fixture(scope="session")
+def sharp(tiny):
+    """The tiny model with weights scaled up (eval mode), so greedy outputs vary from token to token and a weight
+    change moves its log-probs far more than floating-point noise."""
+    model = copy.deepcopy(tiny[0])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0)
+    return model.eval(), tiny[1]

@@ -1,18 +1,34 @@
-"""Named runs (`*_runs` dicts of overrides) and the lazy top-level a5core API."""
+"""Typed params: named runs, every bad value a clear error (all reported at once), the profiles, the lazy API."""
+
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from a5core.config import ConfigError, load_run
+from a5core.config import ConfigError, check_params, from_dict, load_run, read_params
 from a5core.grpo import GRPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _params(tmp_path, runs):
     p = tmp_path / "params.yaml"
-    p.write_text(yaml.safe_dump({"grpo": {"n_grpo_steps": 3, "rollout_batch_size": 8, "group_size": 4, "train_batch_size": 8,
-                                          "gradient_accumulation_steps": 2}, "grpo_runs": runs}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "grpo": {
+                    "n_grpo_steps": 3,
+                    "rollout_batch_size": 8,
+                    "group_size": 4,
+                    "train_batch_size": 8,
+                    "gradient_accumulation_steps": 2,
+                },
+                "grpo_runs": runs,
+            }
+        )
+    )
     return p
 
 
@@ -33,6 +49,147 @@ def test_run_errors_are_clear(tmp_path):
         load_run(GRPOConfig, "grpo", "grpo_runs", "bad", p)
 
 
+def _check(tmp_path, edit) -> str:
+    """check_params on the default params with `edit` applied; returns the error text ('' when valid)."""
+    params = read_params(ROOT / "params.yaml")
+    edit(params)
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        check_params(p)
+    except ConfigError as err:
+        return str(err)
+    return ""
+
+
+def _set(section, key, value):
+    def edit(params):
+        params[section] = {**params[section], key: value} if isinstance(params.get(section), dict) else value
+
+    return edit
+
+
+BAD = [  # (section, key, value, expected message part): each was a traceback or silently accepted before
+    ("grpo", "group_size", 0, "group_size: must be >= 2"),
+    ("grpo", "gradient_accumulation_steps", 0, "gradient_accumulation_steps: must be >= 1"),
+    ("sft", "micro_batch_size", 0, "micro_batch_size: must be >= 1"),
+    ("grpo", "betas", [0.9], "betas: expected 2 values"),
+    ("grpo", "betas", [0.9, 1.5], "betas[1]: must be"),
+    ("validation", "reward_fn", "nope.module:fn", "cannot import nope.module"),
+    ("validation", "reward_fn", "a5core.grader:nope", "no callable 'nope'"),
+    ("sft", "batch_size", -8, "batch_size: must be >= 1"),
+    ("sft", "epochs", -1, "epochs: must be >= 1"),
+    ("grpo", "n_grpo_steps", -1, "n_grpo_steps: must be >= 1"),
+    ("grpo", "time_budget_s", -5, "time_budget_s: must be >= 0"),
+    ("validation", "grader_timeout_s", -1, "grader_timeout_s: must be > 0"),
+    ("validation", "temperature", -1, "temperature: must be >= 0"),
+    ("validation", "top_p", 2, "top_p: must be > 0 and <= 1"),
+    ("grpo", "learning_rate", float("inf"), "learning_rate: must be a finite number"),
+    ("sft", "learning_rate", float("nan"), "learning_rate: must be a finite number"),
+    ("model", "source", "pypi:--index-url=http://evil", "source 'pypi:--index-url"),
+    ("model", "source", "hf:../../etc", "source 'hf:../../etc'"),
+    ("data", "source", "jsonl:", "is not a path"),
+    ("ei", "init_policy", "../../victim", "init_policy '../../victim'"),
+    ("data", "n_train", "many", "expected int"),
+]
+
+
+@pytest.mark.parametrize("section,key,value,message", BAD)
+def test_every_bad_value_is_a_clear_error(tmp_path, section, key, value, message):
+    assert message in _check(tmp_path, _set(section, key, value))
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    def edit(params):
+        params["grpo"]["group_size"] = 0
+        params["sft"]["batch_size"] = -1
+        params["grpo_typo"] = {}
+
+    err = _check(tmp_path, edit)
+    assert (
+        "3 problem(s)" in err
+        and "grpo.group_size" in err
+        and "batch_size" in err
+        and "unknown section 'grpo_typo'" in err
+    )
+
+
+def test_null_section_and_unsafe_run_names(tmp_path):
+    assert "grpo: expected a mapping" in _check(tmp_path, lambda params: params.update(grpo=None))
+    for name in ("x/../../../victim", "../up", "a b", ".hidden"):
+        err = _check(tmp_path, lambda params, name=name: params["grpo_runs"].update({name: {}}))
+        assert "run name" in err and "becomes a path" in err, name
+
+
+def test_duplicate_keys_are_rejected(tmp_path):
+    p = tmp_path / "params.yaml"
+    p.write_text("grpo:\n  learning_rate: 1.0e-5\n  learning_rate: 3.0e-5\n")
+    with pytest.raises(ConfigError, match="duplicate key 'learning_rate' \\(line 3\\)"):
+        read_params(p)
+
+
+def test_stage_refuses_bad_params_before_any_work(tmp_path):
+    """A stage script exits with the list of problems and no traceback (here: the first stage of the DAG)."""
+    bad = tmp_path / "params.yaml"
+    params = read_params(ROOT / "params.yaml")
+    params["grpo"]["group_size"] = 1
+    bad.write_text(yaml.safe_dump(params))
+    r = subprocess.run(
+        [sys.executable, "stages/fetch_model.py", "--out", str(tmp_path / "m"), "--params", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "grpo.group_size: must be >= 2" in r.stderr and "Traceback" not in r.stderr
+    assert "Nothing was run" in r.stderr and not (tmp_path / "m").exists()
+
+
+def test_every_profile_is_valid_and_params_yaml_is_the_default_profile():
+    for profile in sorted((ROOT / "conf" / "profile").glob("*.yaml")):
+        check_params(profile)
+    assert read_params(ROOT / "params.yaml") == read_params(ROOT / "conf" / "profile" / "default.yaml")
+
+
+def test_full_mini_differs_from_full_only_in_sizes():
+    full, mini = (read_params(ROOT / "conf" / "profile" / f"{p}.yaml") for p in ("full", "full-mini"))
+    assert list(full) == list(mini)
+    sizes = {
+        "source",
+        "n_train",
+        "n_validation",
+        "n_sft",
+        "batch_size",
+        "max_tokens",
+        "grader_workers",
+        "epochs",
+        "micro_batch_size",
+        "eval_every",
+        "eval_examples",
+        "checkpoint_every",
+        "n_questions",
+        "n_grpo_steps",
+        "rollout_batch_size",
+        "group_size",
+        "train_batch_size",
+        "gradient_accumulation_steps",
+        "normalize_constant",
+        "if_no_correct",
+        "examples",
+    }
+    for section in full:
+        if section.endswith("_runs"):  # a subset of the runs, with the same settings except sizes
+            for run, overrides in mini[section].items():
+                assert run in full[section], (section, run)
+                changed = {
+                    k for k in set(overrides) | set(full[section][run]) if overrides.get(k) != full[section][run].get(k)
+                }
+                assert changed <= sizes, (section, run, changed)
+            continue
+        assert list(full[section]) == list(mini[section]), section
+        changed = {k for k in full[section] if full[section][k] != mini[section][k]}
+        assert changed <= sizes | {"tracker"} - {"tracker"}, (section, changed)
+
+
 def test_top_level_api_is_lazy_and_complete():
     import a5core
 
@@ -48,12 +205,19 @@ def test_top_level_api_is_lazy_and_complete():
 
 def test_params_read_floats_the_way_dvc_writes_them(tmp_path):
     """`dvc exp run -S grpo.learning_rate=3e-6` writes `3e-6`, a string to YAML 1.1 (PyYAML): it must be a float."""
-    from a5core.config import read_params
-
     p = tmp_path / "params.yaml"
-    p.write_text("grpo:\n  learning_rate: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n")
+    p.write_text(
+        "grpo:\n  learning_rate: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n"
+    )
     g = read_params(p)["grpo"]
     assert g == {"learning_rate": 3e-6, "advantage_eps": 1e-6, "cliprange": 0.2, "seed": 7, "prompt": "1e-3"}
     assert type(g["seed"]) is int
     p.write_text(p.read_text().replace("prompt: '1e-3'", "prompt: r1_zero") + "grpo_runs:\n  a: {}\n")
     assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).learning_rate == 3e-6
+
+
+def test_bool_is_not_an_int_and_literal_needs_the_type():
+    with pytest.raises(ConfigError, match="expected int"):
+        from_dict(GRPOConfig, {"n_grpo_steps": True}, "grpo")
+    with pytest.raises(ConfigError, match="std_ddof"):
+        from_dict(GRPOConfig, {"std_ddof": 2}, "grpo")

@@ -14,11 +14,21 @@ def test_synthetic_deterministic_disjoint_and_teacher_error_rate():
     b = synthetic.generate(300, 100, 600, 0.3, seed=1)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     keys = {s: {synthetic.normalize_problem(r["problem"]) for r in a[s]} for s in a}
-    assert not keys["train"] & keys["validation"] and not keys["train"] & keys["sft"] and not keys["sft"] & keys["validation"]
+    assert (
+        not keys["train"] & keys["validation"]
+        and not keys["train"] & keys["sft"]
+        and not keys["sft"] & keys["validation"]
+    )
     wrong = sum(grade(r["response"], r["answer"]).reward == 0 for r in a["sft"]) / len(a["sft"])
     assert 0.24 < wrong < 0.36
-    assert all(grade(r["solution"].replace("The answer is $\\boxed{", "</think> <answer>").replace("}$.", "</answer>"), r["answer"]).reward == 1
-               for r in a["validation"][:50])
+    assert all(
+        grade(
+            r["solution"].replace("The answer is $\\boxed{", "</think> <answer>").replace("}$.", "</answer>"),
+            r["answer"],
+        ).reward
+        == 1
+        for r in a["validation"][:50]
+    )
     assert {r["subject"] for r in a["train"]} == set(synthetic.SUBJECTS)
 
 
@@ -34,8 +44,113 @@ def _write(tmp_path, name, lines):
     return f"jsonl:{p}"
 
 
+BAD_FILES = [  # (file bytes, expected message): every reader error names the file and the line
+    (b'{"problem": "x", "answer": "1"}\n\xff\xfe{"problem": "y"}\n', r"m.jsonl:2: not valid UTF-8"),
+    (b'{"problem": "x", "answer": [1, 2]}\n', r"m.jsonl:1: field 'answer' must be a number or a string, got list"),
+    (b'{"problem": "x", "answer": {"a": 1}}\n', r"m.jsonl:1: field 'answer' must be a number or a string, got dict"),
+    (b'{"problem": "x", "answer": true}\n', r"m.jsonl:1: field 'answer' must be a number or a string, got bool"),
+    (b'{"problem": "x", "answer": NaN}\n', r"m.jsonl:1: field 'answer' is nan"),
+    (b'{"problem": "x", "answer": Infinity}\n', r"m.jsonl:1: field 'answer' is inf"),
+    (b'{"problem": 5, "answer": "1"}\n', r"m.jsonl:1: field 'problem' must be a string"),
+    (
+        b'{"problem": "x", "answer": "1", "unique_id": ["a"]}\n',
+        r"m.jsonl:1: field 'unique_id' must be a string or an integer",
+    ),
+    (b'{"problem": "' + b"x" * 20_001 + b'", "answer": "1"}\n', r"m.jsonl:1: field 'problem' has 20001 characters"),
+]
+
+
+@pytest.mark.parametrize("content,match", BAD_FILES)
+def test_bad_data_files_are_clear_errors(tmp_path, content, match):
+    (tmp_path / "m.jsonl").write_bytes(content)
+    with pytest.raises(adapters.DataError, match=match):
+        adapters.load_problems(f"jsonl:{tmp_path / 'm.jsonl'}")
+
+
+def test_a_folder_or_a_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(adapters.DataError, match="not a file"):
+        adapters.load_problems(f"jsonl:{tmp_path}")
+    with pytest.raises(adapters.DataError, match="no such file"):
+        adapters.load_problems(f"parquet:{tmp_path / 'nope.parquet'}")
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(adapters.DataError, match="not a readable Parquet file"):
+        adapters.load_problems(f"parquet:{tmp_path / 'x.parquet'}")
+
+
+def test_numbers_become_canonical_answers_and_sft_needs_a_ground_truth(tmp_path):
+    spec = _write(
+        tmp_path,
+        "n.jsonl",
+        [
+            json.dumps({"problem": f"p{i}", "answer": a, "unique_id": str(i)})
+            for i, a in enumerate([3, 3.0, 0.5, -12, 1e20])
+        ],
+    )
+    assert [r["answer"] for r in adapters.load_problems(spec)] == ["3", "3", "0.5", "-12", "1e+20"]
+    spec = _write(tmp_path, "s.jsonl", [json.dumps({"prompt": "p", "response": "no answer here"})])
+    with pytest.raises(adapters.DataError, match="s.jsonl:1: no ground truth"):
+        adapters.load_sft(spec)
+
+
+def test_ungradable_ground_truth_fails_prepare_with_the_row_id(tmp_path):
+    bad = _write(tmp_path, "v.jsonl", [json.dumps({"problem": "p", "answer": "x" * 500, "unique_id": "row-7"})])
+    good = _write(tmp_path, "t.jsonl", [json.dumps({"problem": "q", "answer": "2", "unique_id": "t1"})])
+    sft = _write(tmp_path, "s.jsonl", [json.dumps({"prompt": "r", "response": "</think> <answer>2</answer>"})])
+    cfg = DataConfig(source=good, validation_source=bad, sft_source=sft, n_train=0, n_validation=0)
+    with pytest.raises(adapters.DataError, match="row 'row-7': answer"):
+        prepare(cfg)
+
+
+def test_sft_problems_stay_in_the_rl_pool_unless_excluded(tmp_path):
+    from a5core.prompts import build_prompt
+
+    train = _write(
+        tmp_path,
+        "t.jsonl",
+        [json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i), "unique_id": f"t{i}"}) for i in range(4)],
+    )
+    val = _write(tmp_path, "v.jsonl", [json.dumps({"problem": "What is 9+9?", "answer": "18", "unique_id": "v"})])
+    sft = _write(
+        tmp_path,
+        "s.jsonl",
+        [
+            json.dumps({"prompt": build_prompt("What is 1+1?"), "response": "</think> <answer>2</answer>"}),
+            json.dumps({"prompt": build_prompt("What is 9+9?"), "response": "</think> <answer>18</answer>"}),
+        ],
+    )
+    cfg = DataConfig(source=train, validation_source=val, sft_source=sft, n_train=0, n_validation=0)
+    splits, report = prepare(cfg)
+    assert len(splits["train"]) == 4 and report["removed_from_sft"] == 1  # validation never leaks into SFT
+    splits, _ = prepare(DataConfig(**{**cfg.__dict__, "exclude_sft_problems": True}))
+    assert [r["unique_id"] for r in splits["train"]] == ["t0", "t2", "t3"]
+
+
+def test_validation_subset_is_seeded_not_the_first_rows(tmp_path):
+    rows = [json.dumps({"problem": f"p{i}", "answer": str(i), "unique_id": f"v{i}"}) for i in range(50)]
+    val = _write(tmp_path, "v.jsonl", rows)
+    train = _write(tmp_path, "t.jsonl", [json.dumps({"problem": "q", "answer": "1", "unique_id": "t"})])
+    sft = _write(tmp_path, "s.jsonl", [json.dumps({"prompt": "r", "response": "</think> <answer>2</answer>"})])
+    splits, _ = prepare(DataConfig(source=train, validation_source=val, sft_source=sft, n_train=0, n_validation=10))
+    ids = [r["unique_id"] for r in splits["validation"]]
+    assert len(ids) == 10 and ids != [f"v{i}" for i in range(10)] and ids == sorted(ids, key=lambda u: int(u[1:]))
+
+
 def test_math_gsm8k_and_sft_formats(tmp_path):
-    spec = _write(tmp_path, "m.jsonl", [json.dumps({"problem": "1+1?", "solution": "It is $\\boxed{2}$.", "type": "Algebra", "level": "Level 1", "unique_id": "a"})])
+    spec = _write(
+        tmp_path,
+        "m.jsonl",
+        [
+            json.dumps(
+                {
+                    "problem": "1+1?",
+                    "solution": "It is $\\boxed{2}$.",
+                    "type": "Algebra",
+                    "level": "Level 1",
+                    "unique_id": "a",
+                }
+            )
+        ],
+    )
     assert adapters.load_problems(spec)[0]["answer"] == "2"
     spec = _write(tmp_path, "g.jsonl", [json.dumps({"question": "2+2?", "answer": "2+2=4\n#### 1,004"})])
     assert adapters.load_problems(spec)[0]["answer"] == "1004"
@@ -43,14 +158,20 @@ def test_math_gsm8k_and_sft_formats(tmp_path):
     assert adapters.load_sft(spec)[0]["ground_truth"] == "7"
 
 
-@pytest.mark.parametrize("lines,match", [
-    (['{"problem": "x"', ], r"m.jsonl:1: malformed JSON"),
-    (['{"problem": "x", "solution": "no box"}'], r"m.jsonl:1: empty field 'answer'"),
-    (['{"solution": "\\\\boxed{1}"}'], r"m.jsonl:1: missing or empty field 'problem'"),
-    (['{"question": "q", "answer": "no hashes"}'], r"m.jsonl:1: field 'answer' has no '####"),
-    (['{"problem": "a", "answer": "1", "unique_id": "x"}', '{"problem": "b", "answer": "2", "unique_id": "x"}'], "duplicate unique_id 'x'"),
-    (['[1, 2]'], "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "lines,match",
+    [
+        (['{"problem": "x"'], r"m.jsonl:1: malformed JSON"),
+        (['{"problem": "x", "solution": "no box"}'], r"m.jsonl:1: empty field 'answer'"),
+        (['{"solution": "\\\\boxed{1}"}'], r"m.jsonl:1: missing or empty field 'problem'"),
+        (['{"question": "q", "answer": "no hashes"}'], r"m.jsonl:1: field 'answer' has no '####"),
+        (
+            ['{"problem": "a", "answer": "1", "unique_id": "x"}', '{"problem": "b", "answer": "2", "unique_id": "x"}'],
+            "duplicate unique_id 'x'",
+        ),
+        (["[1, 2]"], "expected a JSON object"),
+    ],
+)
 def test_bad_input_names_file_line_field(tmp_path, lines, match):
     with pytest.raises(adapters.DataError, match=match):
         adapters.load_problems(_write(tmp_path, "m.jsonl", lines))
@@ -68,36 +189,12 @@ def test_parquet_provenance_and_schema_check(tmp_path):
 
 
 def test_config_rejects_unknown_and_bad_values():
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown key"):
         from_dict(DataConfig, {"n_trian": 5}, "data")
     with pytest.raises(ConfigError, match="expected int"):
         from_dict(DataConfig, {"n_train": "many"}, "data")
     with pytest.raises(ConfigError, match="teacher_error_rate"):
         from_dict(DataConfig, {"teacher_error_rate": 2.0}, "data")
-
-
-def test_every_profile_parses_into_the_typed_sections():
-    from pathlib import Path
-
-    import yaml
-
-    from a5core.config import EvalConfig, GenerationConfig, ModelConfig
-    from a5core.ei import EIConfig
-    from a5core.grpo import GRPOConfig
-    from a5core.sft import SFTConfig, SFTRun
-
-    root = Path(__file__).resolve().parents[1]
-    for f in [root / "params.yaml", *sorted((root / "profiles").glob("*.yaml"))]:
-        p = yaml.safe_load(f.read_text())
-        for name, cls in {"model": ModelConfig, "data": DataConfig, "generation": GenerationConfig, "eval": EvalConfig,
-                          "validation": EvalConfig, "sft": SFTConfig, "ei": EIConfig, "grpo": GRPOConfig}.items():
-            from_dict(cls, p[name], f"{f.name}:{name}")
-        for run, over in p["grpo_runs"].items():
-            from_dict(GRPOConfig, {**p["grpo"], **over}, f"{f.name}:grpo_runs.{run}")
-        for run, over in p["ei_runs"].items():
-            from_dict(EIConfig, {**p["ei"], **over}, f"{f.name}:ei_runs.{run}")
-        for run, spec in p["sft_runs"].items():
-            from_dict(SFTRun, spec, f"{f.name}:sft_runs.{run}")
 
 
 def test_hf_dataset_source_through_a_fake_datasets_module(monkeypatch):
@@ -108,15 +205,22 @@ def test_hf_dataset_source_through_a_fake_datasets_module(monkeypatch):
     from a5core.data import adapters
 
     calls = []
-    fake = {("hendrycks/competition_math", None, "test"): [{"problem": "What is $1+1$?", "solution": "So $\\boxed{2}$.",
-                                                              "type": "Algebra", "level": "Level 1"}],
-            ("gsm8k", "main", "train"): [{"question": "Tom has 3 apples and eats 1. How many are left?", "answer": "3 - 1 = 2\n#### 2"}]}
+    fake = {
+        ("hendrycks/competition_math", None, "test"): [
+            {"problem": "What is $1+1$?", "solution": "So $\\boxed{2}$.", "type": "Algebra", "level": "Level 1"}
+        ],
+        ("gsm8k", "main", "train"): [
+            {"question": "Tom has 3 apples and eats 1. How many are left?", "answer": "3 - 1 = 2\n#### 2"}
+        ],
+    }
     mod = types.ModuleType("datasets")
-    mod.load_dataset = lambda name, config, split: calls.append((name, config, split)) or fake[(name, config, split)]
+    mod.load_dataset = lambda name, config, split, revision=None: (
+        calls.append((name, config, split, revision)) or fake[(name, config, split)]
+    )
     monkeypatch.setitem(sys.modules, "datasets", mod)
-    math_rows = adapters.load_problems("hf:hendrycks/competition_math:test")
+    math_rows = adapters.load_problems("hf:hendrycks/competition_math:test@0bd4da3")
     gsm_rows = adapters.load_problems("hf:gsm8k:main:train")
-    assert calls == [("hendrycks/competition_math", None, "test"), ("gsm8k", "main", "train")]
+    assert calls == [("hendrycks/competition_math", None, "test", "0bd4da3"), ("gsm8k", "main", "train", None)]
     assert (math_rows[0]["answer"], math_rows[0]["subject"], math_rows[0]["level"]) == ("2", "Algebra", "Level 1")
     assert gsm_rows[0]["answer"] == "2"
     monkeypatch.setitem(sys.modules, "datasets", None)  # not installed: a clear error, not an ImportError trace
@@ -137,8 +241,13 @@ def test_hf_model_source_records_the_resolved_revision(tmp_path, monkeypatch):
     model.save_pretrained(snapshot)
     tok.save_pretrained(snapshot)
     calls = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, revision=None, allow_patterns=None: calls.append((repo, revision, allow_patterns)) or str(snapshot))
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        lambda repo, revision=None, allow_patterns=None: (
+            calls.append((repo, revision, allow_patterns)) or str(snapshot)
+        ),
+    )
     record = fetch_model(ModelConfig(source="hf:org/tiny-math@v1.0"), tmp_path / "models" / "base")
     assert record == {"source": "hf:org/tiny-math@v1.0", "repo": "org/tiny-math", "revision": commit}
     assert calls[0][:2] == ("org/tiny-math", "v1.0") and "*.safetensors" in calls[0][2]

@@ -1,4 +1,5 @@
 """The installed environment really parses LaTeX (dvc pins ANTLR 4.9; math-verify's parser must match)."""
+
 import importlib.metadata
 
 import sympy

@@ -1,12 +1,15 @@
-"""The plots stage on hand-made results: one summary row per configured run, stale runs ignored."""
+"""The plots stage on hand-made results: one summary row per configured run with intervals, ablation figures grouped
+from the configured overrides, stale runs ignored."""
+
 import json
 
 import pytest
 
-from a5core.plots import make_plots, summary_markdown
-
+from a5core.plots import ablation_groups, make_plots
+from a5core.summary import summary_markdown
 
 EI_LAST = "{root}/results/ei/{{run}}/round_2"  # the last round's folder holds the whole history
+HEAD = {"accuracy_lo": 0.1, "accuracy_hi": 0.6, "format_rate": 0.5, "n_questions": 8, "samples_per_question": 1}
 
 
 def _write(path, text):
@@ -14,31 +17,109 @@ def _write(path, text):
     path.write_text(text)
 
 
+def _metrics(path, **kw):
+    _write(path, json.dumps({**HEAD, **kw}))
+
+
 def _results(root):
-    _write(root / "baseline" / "metrics.json", json.dumps({"accuracy": 0.0, "format1_answer1": 0, "format1_answer0": 1, "format0_answer0": 7}))
-    _write(root / "sft" / "8" / "metrics.json", json.dumps({"accuracy": 0.25, "format_rate": 0.5, "examples": 8}))
-    _write(root / "sft" / "8" / "logs" / "eval.csv", "step,accuracy\n1,0.125\n2,0.25\n")
-    _write(root / "sft" / "stale" / "metrics.json", json.dumps({"accuracy": 0.9, "format_rate": 1.0, "examples": 99}))
-    _write(root / "ei" / "G2" / "round_2" / "metrics.json", json.dumps({"accuracy": 0.5, "round": 2, "initial_accuracy": 0.25}))
-    _write(root / "ei" / "G2" / "round_2" / "logs" / "rounds.csv", "round,accuracy,mean_token_entropy\n0,0.25,1.0\n1,0.375,0.9\n2,0.5,0.8\n")
-    _write(root / "ei" / "G2" / "round_1" / "metrics.json", json.dumps({"accuracy": 0.375, "round": 1, "initial_accuracy": 0.25}))
-    _write(root / "grpo" / "r" / "metrics.json", json.dumps({"accuracy": 0.625, "steps_done": 2}))
-    _write(root / "grpo" / "r" / "logs" / "eval.csv", "step,accuracy,wall_s\n0,0.5,0\n2,0.625,10\n")
-    _write(root / "grpo" / "r" / "logs" / "train.csv", "step,token_entropy,response_length,grad_norm,clip_fraction\n1,1,5,0.5,0\n")
+    _metrics(root / "baseline" / "metrics.json", accuracy=0.0)
+    _write(
+        root / "baseline" / "breakdown.json",
+        json.dumps({"format1_answer1": 0, "format1_answer0": 1, "format0_answer0": 7}),
+    )
+    _metrics(
+        root / "sft" / "8" / "metrics.json",
+        accuracy=0.25,
+        examples=8,
+        initial_accuracy=0.0,
+        delta=0.25,
+        delta_lo=0.05,
+        delta_hi=0.45,
+        delta_excludes_zero=True,
+    )
+    _write(
+        root / "sft" / "8" / "logs" / "eval.csv", "step,accuracy,accuracy_lo,accuracy_hi\n0,0,0,0.3\n2,0.25,0.1,0.6\n"
+    )
+    _metrics(root / "sft" / "stale" / "metrics.json", accuracy=0.9, examples=99)
+    _metrics(
+        root / "ei" / "G2" / "round_2" / "metrics.json",
+        accuracy=0.5,
+        round=2,
+        initial_accuracy=0.25,
+        delta=0.25,
+        delta_lo=-0.05,
+        delta_hi=0.55,
+        delta_excludes_zero=False,
+    )
+    _write(
+        root / "ei" / "G2" / "round_2" / "logs" / "rounds.csv",
+        "round,accuracy,accuracy_lo,accuracy_hi,mean_token_entropy\n0,0.25,0.1,0.5,1.0\n1,0.375,0.2,0.6,0.9\n2,0.5,0.3,0.7,0.8\n",
+    )
+    for run, acc in (("r", 0.625), ("lr", 0.5), ("clip", 0.4)):
+        _metrics(root / "grpo" / run / "metrics.json", accuracy=acc, steps_done=2)
+        _write(
+            root / "grpo" / run / "logs" / "eval.csv",
+            "step,accuracy,accuracy_lo,accuracy_hi,wall_s\n0,0.5,0.3,0.7,0\n2,0.6,0.4,0.8,10\n",
+        )
+        _write(
+            root / "grpo" / run / "logs" / "train.csv",
+            "step,token_entropy,response_length,grad_norm,train_reward\n1,1,5,0.5,0.2\n",
+        )
 
 
-def test_summary_has_one_row_per_configured_run(tmp_path):
+def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
     _results(tmp_path / "results")
-    rows = make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r"]}, EI_LAST.format(root=tmp_path))
-    assert [(m, r.split(",")[0], a) for m, r, a, _ in rows] == [("zero-shot", "baseline", 0.0), ("SFT", "8", 0.25), ("EI", "G2", 0.5), ("GRPO", "r", 0.625)]
-    assert {f.name for f in (tmp_path / "figures").iterdir()} == {"baseline_categories.png", "sft.png", "ei.png", "grpo.png"}
-    assert (tmp_path / "sft_by_size.csv").read_text().splitlines() == ["run,examples,accuracy,format_rate", "8,8,0.25,0.5"]
-    md = summary_markdown(rows, "figures")
-    assert "| EI | G2, 2 rounds (from 0.250) | 0.500 | [ei.png](figures/ei.png) |" in md
-    assert "| GRPO | r, 2 steps (from 0.500 at step 0) | 0.625 | [grpo.png](figures/grpo.png) |" in md
+    results = make_plots(
+        tmp_path / "results",
+        tmp_path / "figures",
+        {"sft": ["8"], "ei": ["G2"]},
+        {"r": {}, "lr": {"learning_rate": 1e-3}, "clip": {"loss_type": "grpo_clip"}},
+        EI_LAST.format(root=tmp_path),
+    )
+    assert [(r.method, r.run, r.metrics["accuracy"]) for r in results] == [
+        ("zero-shot", "baseline", 0.0),
+        ("SFT", "8", 0.25),
+        ("EI", "G2", 0.5),
+        ("GRPO", "r", 0.625),
+        ("GRPO", "lr", 0.5),
+        ("GRPO", "clip", 0.4),
+    ]
+    figures = {f.name for f in (tmp_path / "figures").iterdir()}
+    assert figures == {
+        "baseline_categories.png",
+        "sft.png",
+        "ei.png",
+        "grpo.png",
+        "grpo_learning_rate.png",
+        "grpo_loss_type.png",
+    }
+    assert (tmp_path / "sft_by_size.csv").read_text().splitlines()[1] == "8,8,0.25,0.1,0.6"
+    md = summary_markdown(results, "figures")
+    assert (
+        "| SFT | 8 (8 examples) | 0.250 (0.100–0.600) | +0.250 (+0.050 to +0.450) **✓** | 0.000 "
+        "| [sft.png](figures/sft.png) |" in md
+    )
+    assert "| EI | G2 (2 rounds) | 0.500 (0.100–0.600) | +0.250 (-0.050 to +0.550) | 0.250 |" in md
+    assert "8 validation questions x 1 sample(s)" in md and "80% power" in md
+
+
+def test_ablation_groups_come_from_the_overrides():
+    runs = {
+        "base": {},
+        "lr_a": {"learning_rate": 1},
+        "lr_b": {"learning_rate": 2},
+        "clip": {"loss_type": "x", "epochs": 2},
+    }
+    assert ablation_groups(runs) == {"learning_rate": ["base", "lr_a", "lr_b"], "epochs+loss_type": ["base", "clip"]}
 
 
 def test_a_configured_run_without_results_is_an_error(tmp_path):
     _results(tmp_path / "results")
     with pytest.raises(FileNotFoundError, match="grpo/missing/metrics.json"):
-        make_plots(tmp_path / "results", tmp_path / "figures", {"sft": ["8"], "ei": ["G2"], "grpo": ["r", "missing"]}, EI_LAST.format(root=tmp_path))
+        make_plots(
+            tmp_path / "results",
+            tmp_path / "figures",
+            {"sft": ["8"], "ei": ["G2"]},
+            {"r": {}, "missing": {}},
+            EI_LAST.format(root=tmp_path),
+        )

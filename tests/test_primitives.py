@@ -1,12 +1,23 @@
 """Hand-computed checks of the handout primitives."""
+
 import math
 
 import pytest
 import torch
 
-from a5core import (compute_entropy, compute_group_normalized_rewards, compute_grpo_clip_loss, compute_naive_policy_gradient_loss,
-                    compute_policy_gradient_loss, get_response_log_probs, grpo_microbatch_train_step, masked_mean, masked_normalize,
-                    sft_microbatch_train_step, tokenize_prompt_and_output)
+from a5core import (
+    compute_entropy,
+    compute_group_normalized_rewards,
+    compute_grpo_clip_loss,
+    compute_naive_policy_gradient_loss,
+    compute_policy_gradient_loss,
+    get_response_log_probs,
+    grpo_microbatch_train_step,
+    masked_mean,
+    masked_normalize,
+    sft_microbatch_train_step,
+    tokenize_prompt_and_output,
+)
 from a5core.tokenization import tokenize_ids
 
 
@@ -116,8 +127,15 @@ def test_policy_gradient_dispatch_and_missing_args():
 def _handout_example(norm):
     lp = torch.zeros(2, 7, requires_grad=True)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [1] * 7])
-    grpo_microbatch_train_step(lp, mask, 1, "no_baseline", raw_rewards=torch.full((2, 1), -2.0),
-                               length_normalization=norm, normalize_constant=7)
+    grpo_microbatch_train_step(
+        lp,
+        mask,
+        1,
+        "no_baseline",
+        raw_rewards=torch.full((2, 1), -2.0),
+        length_normalization=norm,
+        normalize_constant=7,
+    )
     return lp.grad
 
 
@@ -126,7 +144,9 @@ def test_length_normalizations_handout_worked_example():
     assert g[0, :4].tolist() == pytest.approx([0.25] * 4) and g[0, 4:].tolist() == [0, 0, 0]
     assert g[1].tolist() == pytest.approx([1 / 7] * 7, abs=1e-4)
     g = _handout_example("masked_normalize")
-    assert g[0, :4].tolist() == pytest.approx([1 / 7] * 4, abs=1e-4) and g[1].tolist() == pytest.approx([1 / 7] * 7, abs=1e-4)
+    assert g[0, :4].tolist() == pytest.approx([1 / 7] * 4, abs=1e-4) and g[1].tolist() == pytest.approx(
+        [1 / 7] * 7, abs=1e-4
+    )
     g = _handout_example("token_mean")  # 11 tokens in all: 2/11 each
     assert g[0, :4].tolist() == pytest.approx([2 / 11] * 4) and g[1].tolist() == pytest.approx([2 / 11] * 7)
 
@@ -135,7 +155,9 @@ def test_grpo_step_old_log_probs_and_advantages_get_no_grad():
     lp = torch.zeros(1, 3, requires_grad=True)
     old = torch.zeros(1, 3, requires_grad=True)
     adv = torch.ones(1, 1, requires_grad=True)
-    _, meta = grpo_microbatch_train_step(lp, torch.ones(1, 3), 2, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
+    _, meta = grpo_microbatch_train_step(
+        lp, torch.ones(1, 3), 2, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2
+    )
     assert old.grad is None and adv.grad is None and lp.grad is not None
     assert float(meta["clip_fraction"]) == 0.0
 

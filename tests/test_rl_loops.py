@@ -1,61 +1,60 @@
-"""GRPO and Expert Iteration loops on a tiny model with a stub backend and a stub grader."""
+"""GRPO and Expert Iteration loops on a tiny model with a stub backend and a stub grader (logic only; the real engine,
+grader and evaluation have their own tests)."""
+
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
 import a5core.ei as ei_mod
 import a5core.grpo as grpo_mod
+from a5core import losses
 from a5core.checkpoint import Checkpointer
-from a5core.config import ConfigError, EvalConfig
-from a5core.ei import EIConfig, NoCorrectSamples, ei_round, history_row, round_metrics
-from a5core.generation.base import Completion
+from a5core.config import ConfigError, from_dict
+from a5core.ei import EIConfig, NoCorrectSamples, ei_round, history_row, select_kept
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.logprobs import get_response_log_probs
 from a5core.prompts import build_prompt
+from a5core.records import GradedSample
 from a5core.sft import SFTConfig
 from a5core.tokenization import tokenize_prompt_and_output
+from tests.loop_fakes import METRICS, ROWS, DyingHistory, StubBackend, StubPool, StubValidator, stub_evaluation
 
-ROWS = [{"unique_id": f"q{i}", "problem": f"Compute {i} + {i}.", "answer": str(2 * i), "subject": "s", "level": "Level 1"} for i in range(6)]
-
-
-class StubBackend:
-    """Each prompt gets n completions cycling through `texts`."""
-
-    def __init__(self, tok, texts):
-        self.tok, self.texts, self.calls = tok, texts, 0
-
-    def generate(self, prompts, sampling, progress=True):
-        self.calls += 1
-        mk = lambda t: Completion(t, tuple(self.tok(t, add_special_tokens=False)["input_ids"]), "stop")  # noqa: E731
-        return [[mk(self.texts[j % len(self.texts)]) for j in range(sampling.n)] for _ in prompts]
-
-    def sync_weights(self, policy):
-        pass
-
-
-class StubPool:
-    """Reward 1 for responses containing 'good'."""
-
-    path = "tests:stub"
-
-    def map(self, responses, gts, progress=False):
-        out = []
-        for r in responses:
-            ok = float("good" in r)
-            out.append({"format_reward": 1.0, "answer_reward": ok, "reward": ok, "status": "correct" if ok else "wrong",
-                        "extracted": r, "normalized_pred": r, "normalized_gt": "", "detail": ""})
-        return out
-
-
-def eval_stub(policy, n):
-    return {"accuracy": 0.0, "format_rate": 0.0, "mean_response_length": 0.0, "mean_token_entropy": 0.0}
+INITIAL = {"metrics": METRICS, "per_question": {"q0": 0.0}}
 
 
 def _cfg(**kw):
-    base = dict(n_grpo_steps=2, learning_rate=3e-3, rollout_batch_size=8, group_size=4, train_batch_size=8,
-                gradient_accumulation_steps=2, max_tokens=8, eval_every=0, eval_examples=2, checkpoint_every=1)
+    base = dict(
+        n_grpo_steps=2,
+        learning_rate=3e-3,
+        rollout_batch_size=8,
+        group_size=4,
+        train_batch_size=8,
+        gradient_accumulation_steps=2,
+        max_tokens=8,
+        eval_every=0,
+        eval_examples=2,
+        checkpoint_every=1,
+    )
     return GRPOConfig(**{**base, **kw})
+
+
+def _grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None):
+    with DyingHistory(folder, die_at) as history:
+        summary = train_grpo(
+            policy,
+            tok,
+            backend or StubBackend(tok, list(texts)),
+            train_rows=ROWS,
+            cfg=cfg,
+            pool=StubPool(),
+            validate=StubValidator(),
+            history=history,
+            ckpt=ckpt,
+            initial=INITIAL,
+        )
+    return summary, history
 
 
 def _margin(model, tok):
@@ -67,15 +66,15 @@ def _margin(model, tok):
     return float(s[0] - s[1])
 
 
-def test_grpo_moves_policy_toward_rewarded_output(tiny):
+def test_grpo_moves_policy_toward_rewarded_output(tiny, tmp_path):
     model, tok = tiny
     policy = copy.deepcopy(model)
     before = _margin(policy, tok)
-    train_grpo(policy, tok, StubBackend(tok, [" good", " bad"]), ROWS, _cfg(n_grpo_steps=3), EvalConfig(), StubPool(), eval_stub)
+    _grpo(policy, tok, tmp_path, _cfg(n_grpo_steps=3))
     assert _margin(policy, tok) > before + 0.1
 
 
-def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, monkeypatch):
+def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, tmp_path, monkeypatch):
     model, tok = tiny
     calls = []
     real = grpo_mod.old_log_probs_for
@@ -86,21 +85,27 @@ def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, mo
         return out
 
     monkeypatch.setattr(grpo_mod, "old_log_probs_for", counting)
-    rows = []
-    cfg = _cfg(n_grpo_steps=1, loss_type="grpo_clip", epochs_per_rollout_batch=3, train_batch_size=4, gradient_accumulation_steps=2)
-    train_grpo(copy.deepcopy(model), tok, StubBackend(tok, [" good", " bad"]), ROWS, cfg, EvalConfig(), StubPool(), eval_stub,
-               log=lambda kind, row: rows.append((kind, row)))
-    assert len(calls) == 1 and not any(t.requires_grad for t in calls[0].values())
-    train = [r for k, r in rows if k == "train"]
-    assert len(train) == 3 * 2  # 3 epochs x 2 optimizer steps of 4 rollouts
+    cfg = _cfg(
+        n_grpo_steps=1,
+        loss_type="grpo_clip",
+        epochs_per_rollout_batch=3,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+    )
+    _, history = _grpo(copy.deepcopy(model), tok, tmp_path, cfg)
+    assert len(calls) == 1 and not any(t.requires_grad for t in calls[0])
+    train = history.rows["train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]  # x = optimizer step: 3 epochs x 2 steps of 4 rollouts
+    assert {r["grpo_step"] for r in train} == {1}
     assert train[0]["clip_fraction"] == 0.0  # the first optimizer step is exactly on-policy
+    assert [r["step"] for r in history.rows["eval"]] == [0, 6]  # the start, and the end at optimizer step 6
 
 
-def test_config_errors_before_any_generation(tiny):
+def test_config_errors_before_any_generation(tiny, tmp_path):
     model, tok = tiny
     backend = StubBackend(tok, [" good"])
     with pytest.raises(ConfigError, match="off-policy"):
-        train_grpo(model, tok, backend, ROWS, _cfg(epochs_per_rollout_batch=2), EvalConfig(), StubPool(), eval_stub)
+        _grpo(model, tok, tmp_path, _cfg(epochs_per_rollout_batch=2), backend=backend)
     assert backend.calls == 0
 
 
@@ -108,145 +113,194 @@ def test_grpo_killed_run_resumes(tiny, tmp_path):
     model, tok = tiny
     cfg = _cfg(n_grpo_steps=3)
     full = copy.deepcopy(model)
-    train_grpo(full, tok, StubBackend(tok, [" good", " bad"]), ROWS, cfg, EvalConfig(), StubPool(), eval_stub)
-
-    def dying(kind, row):
-        if kind == "train" and row["step"] == 2:
-            raise KeyboardInterrupt
-
+    _, straight = _grpo(full, tok, tmp_path / "a", cfg)
     with pytest.raises(KeyboardInterrupt):
-        train_grpo(copy.deepcopy(model), tok, StubBackend(tok, [" good", " bad"]), ROWS, cfg, EvalConfig(), StubPool(), eval_stub,
-                   Checkpointer(tmp_path, "fp", 1), dying)
+        _grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg, ckpt=Checkpointer(tmp_path / "ck", "fp", 1), die_at=2)
     resumed = copy.deepcopy(model)
-    summary = train_grpo(resumed, tok, StubBackend(tok, [" good", " bad"]), ROWS, cfg, EvalConfig(), StubPool(), eval_stub,
-                         Checkpointer(tmp_path, "fp", 1))
-    assert summary["steps_done"] == 3
+    summary, history = _grpo(resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(tmp_path / "ck", "fp", 1))
+    assert summary["steps_done"] == 3 and [r["step"] for r in history.rows["train"]] == [1, 2, 3]
     for p, q in zip(full.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 
 
-def _ei(tiny, texts, monkeypatch, **kw):
+def test_time_budget_stops_validates_and_reports_best(tiny, tmp_path):
     model, tok = tiny
-    handed = []
-    monkeypatch.setattr(ei_mod, "train_sft", lambda policy, tok, rows, cfg, ev, ck, log: handed.append(rows) or eval_stub(policy, 0))
-    cfg = EIConfig(n_questions=3, rollouts_per_question=4, max_kept_per_question=2, **kw)
-    out = ei_round(model, tok, StubBackend(tok, texts), ROWS, 1, cfg, SFTConfig(), EvalConfig(), StubPool(), eval_stub)
-    return out, handed
-
-
-def test_ei_round_keeps_exactly_the_correct_capped_deduped(tiny, monkeypatch):
-    (rollouts, report, _), handed = _ei(tiny, [" good one", " bad", " good one", " good two"], monkeypatch)
-    assert len(rollouts) == 12 and report["correct"] == 9 and report["duplicates_removed"] == 3
-    assert report["kept"] == 6 and report["removed_by_cap"] == 0 and report["trained"]
-    assert sorted(r["response"] for r in handed[0]) == sorted([" good one", " good two"] * 3)
-    assert sum(r["kept"] for r in rollouts) == 6
-
-
-def test_ei_round_without_correct_samples(tiny, monkeypatch):
-    with pytest.raises(NoCorrectSamples, match="0 of 12 rollouts were correct"):
-        _ei(tiny, [" bad"], monkeypatch)
-    (_, report, _), handed = _ei(tiny, [" bad"], monkeypatch, if_no_correct="skip")
-    assert report["trained"] is False and not handed
-
-
-def test_time_budget_stops_evaluates_and_reports_best(tiny):
-    model, tok = tiny
-    rows = []
-    summary = train_grpo(copy.deepcopy(model), tok, StubBackend(tok, [" good", " bad"]), ROWS, _cfg(n_grpo_steps=50, time_budget_s=1e-9),
-                         EvalConfig(), StubPool(), eval_stub, log=lambda kind, row: rows.append((kind, row)))
-    # the budget is spent before the first step: no training, one final evaluation, reported as stopped
+    summary, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(n_grpo_steps=50, time_budget_s=1e-9))
+    # the budget is spent before the first step: no training, the start and a final validation, reported as stopped
     assert summary["stopped_by_time_budget"] and summary["steps_done"] == 0
-    assert [k for k, _ in rows] == ["eval"] and summary["best_step"] == 0
+    assert not history.rows["train"] and len(history.rows["eval"]) == 2 and summary["best_step"] == 0
+
+
+def test_a_fifth_loss_touches_only_losses_py(tiny, tmp_path, monkeypatch):
+    """Registering a loss in losses.py makes it a valid grpo.loss_type that a GRPO step trains with."""
+    model, tok = tiny
+    used = []
+
+    def sign_only(lp, raw_rewards, advantages, old_log_probs, cliprange):
+        used.append(lp.shape)
+        return -torch.sign(advantages) * lp, {}
+
+    monkeypatch.setattr(losses, "PG_LOSSES", dict(losses.PG_LOSSES))
+    monkeypatch.setattr(losses, "OFF_POLICY_LOSSES", set(losses.OFF_POLICY_LOSSES))
+    monkeypatch.setattr(grpo_mod, "PG_LOSSES", losses.PG_LOSSES)
+    monkeypatch.setattr(grpo_mod, "OFF_POLICY_LOSSES", losses.OFF_POLICY_LOSSES)
+    with pytest.raises(ConfigError, match="sign_only"):
+        from_dict(GRPOConfig, {"loss_type": "sign_only"}, "grpo")
+    losses.register_pg_loss("sign_only", sign_only, off_policy=False)
+    cfg = from_dict(
+        GRPOConfig, {**_cfg().__dict__, "betas": [0.9, 0.95], "loss_type": "sign_only", "n_grpo_steps": 1}, "grpo"
+    )
+    policy = copy.deepcopy(model)
+    before = _margin(policy, tok)
+    _grpo(policy, tok, tmp_path, cfg)
+    assert used and _margin(policy, tok) > before
+
+
+def test_grpo_config_rules():
+    with pytest.raises(ConfigError, match="divisible by gradient_accumulation_steps"):
+        from_dict(GRPOConfig, {"train_batch_size": 10, "gradient_accumulation_steps": 3}, "grpo")
+    with pytest.raises(ConfigError, match="rollout_batch_size must be divisible by group_size"):
+        from_dict(
+            GRPOConfig,
+            {"rollout_batch_size": 10, "group_size": 4, "train_batch_size": 10, "gradient_accumulation_steps": 2},
+            "grpo",
+        )
+    with pytest.raises(ConfigError, match="off-policy"):
+        from_dict(GRPOConfig, {"epochs_per_rollout_batch": 2}, "grpo")
+    with pytest.raises(ConfigError, match="not one of"):
+        from_dict(GRPOConfig, {"loss_type": "ppo"}, "grpo")
+    cfg = GRPOConfig(
+        rollout_batch_size=16,
+        group_size=4,
+        train_batch_size=8,
+        gradient_accumulation_steps=4,
+        epochs_per_rollout_batch=2,
+        loss_type="grpo_clip",
+    )
+    assert (cfg.micro_batch_size, cfg.questions_per_step, cfg.optimizer_steps_per_step) == (2, 4, 4)
+
+
+def _sample(uid, response, reward):
+    return GradedSample(uid, 0, "p", response, "1", None, "x", 1.0, reward, reward, 1, "stop", "", "")
+
+
+def test_ei_selection_cap_and_dedup():
+    recs = [
+        _sample("a", "x", 1.0),
+        _sample("a", "x ", 1.0),
+        _sample("a", "y", 1.0),
+        _sample("a", "z", 1.0),
+        _sample("b", "x", 0.0),
+    ]
+    kept, counts = select_kept(recs, 2, dedup=True)
+    assert [r.response for r in kept] == ["x", "y"] and counts == {"duplicates_removed": 1, "removed_by_cap": 1}
+    kept, _ = select_kept(recs, 0, dedup=False)
+    assert len(kept) == 4
 
 
 EI_SFT = SFTConfig(batch_size=2, micro_batch_size=1, learning_rate=1e-3, eval_every=0, checkpoint_every=1)
-EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3)
+EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3, max_tokens=8)
 
 
-def _round(policy, tok, k, scratch=None, backend=None, log=lambda kind, row: None, evaluate_fn=eval_stub):
+def _round(policy, tok, k, folder, scratch=None, backend=None, die_at=None, cfg=EI_CFG, validator=None, sft=EI_SFT):
     backend = backend or StubBackend(tok, [" good one", " bad", " good two"])
-    return ei_round(policy, tok, backend, ROWS, k, EI_CFG, EI_SFT, EvalConfig(), StubPool(), evaluate_fn, scratch, "fp", log)
+    with DyingHistory(folder, die_at) as history:
+        result = ei_round(
+            policy,
+            tok,
+            backend,
+            train_rows=ROWS,
+            round_idx=k,
+            cfg=cfg,
+            sft_cfg=sft,
+            pool=StubPool(),
+            validate=validator or StubValidator(backend),
+            history=history,
+            scratch=scratch,
+            fp="fp",
+        )
+    return result, history
 
 
-def test_ei_rounds_chain_and_build_the_history_from_round_zero(tiny):
+def test_ei_rounds_chain_and_build_the_history_from_round_zero(tiny, tmp_path):
     model, tok = tiny
-    policy, rows = copy.deepcopy(model), []
+    policy = copy.deepcopy(model)
     margins = [_margin(policy, tok)]
-    history = [history_row(0, eval_stub(policy, 0))]
+    rounds = [history_row(0, METRICS)]
     for k in (1, 2, 3):  # what ei_round_1..3 do, each from the previous round's policy
-        rollouts, report, final = _round(policy, tok, k, log=lambda kind, row: rows.append((kind, row)))
-        history.append(history_row(k, final, report))
+        result, history = _round(policy, tok, k, tmp_path / str(k))
+        rounds.append(history_row(k, result.final.metrics, result.report))
         margins.append(_margin(policy, tok))
-        assert {r["round"] for r in rollouts} == {k} and len(rollouts) == 2 * 3
-        assert all(r["kept"] == ("good" in r["response"]) for r in rollouts)  # two distinct correct answers, cap 2
-    assert [r["round"] for r in history] == [0, 1, 2, 3] and history[1]["kept"] == 4 and history[1]["trained"] is True
-    assert {r["round"] for kind, r in rows if kind == "train"} == {1, 2, 3}  # each round's SFT steps, tagged with the round
+        assert {r.round for r in result.rollouts} == {k} and len(result.rollouts) == 2 * 3
+        assert all(r.kept == ("good" in r.response) for r in result.rollouts)  # two distinct correct answers, cap 2
+        assert history.rows["train"]  # the round's SFT steps
+    assert [r["round"] for r in rounds] == [0, 1, 2, 3] and rounds[1]["kept"] == 4 and rounds[1]["trained"] is True
     assert margins[0] < margins[1] < margins[2] < margins[3]  # SFT on the kept " good ..." rollouts, round after round
-    m = round_metrics([{**h, "accuracy": a} for h, a in zip(history, (0.1, 0.4, 0.3, 0.2))])
-    assert (m["round"], m["initial_accuracy"], m["best_accuracy"], m["best_round"], m["accuracy"]) == (3, 0.1, 0.4, 1, 0.2)
+
+
+def test_ei_round_keeps_exactly_the_correct_capped_deduped(tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    handed = []
+    monkeypatch.setattr(
+        ei_mod, "train_sft", lambda policy, tok, *, rows, **kw: handed.append(rows) or stub_evaluation()
+    )
+    cfg = EIConfig(n_questions=3, rollouts_per_question=4, max_kept_per_question=2, max_tokens=8)
+    backend = StubBackend(tok, [" good one", " bad", " good one", " good two"])
+    result, _ = _round(model, tok, 1, tmp_path, backend=backend, cfg=cfg)
+    report = result.report
+    assert len(result.rollouts) == 12 and report["correct"] == 9 and report["duplicates_removed"] == 3
+    assert report["kept"] == 6 and report["removed_by_cap"] == 0 and report["trained"]
+    assert sorted(r["response"] for r in handed[0]) == sorted([" good one", " good two"] * 3)
+
+
+def test_ei_round_without_correct_samples(tiny, tmp_path):
+    model, tok = tiny
+    bad = StubBackend(tok, [" bad"])
+    with pytest.raises(NoCorrectSamples, match="0 of 6 rollouts were correct"):
+        _round(copy.deepcopy(model), tok, 1, tmp_path / "a", backend=bad)
+    skip = EIConfig(n_questions=2, rollouts_per_question=3, if_no_correct="skip", max_tokens=8)
+    result, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", backend=bad, cfg=skip)
+    assert result.report["trained"] is False and not history.rows["train"]
 
 
 def test_ei_round_resumes_after_a_kill_without_generating_again(tiny, tmp_path):
     model, tok = tiny
-    straight, rows_straight = copy.deepcopy(model), []
-    _round(straight, tok, 1, str(tmp_path / "a"), log=lambda kind, row: rows_straight.append((kind, row)))
-
-    def dies_in_sft_step_2(kind, row):
-        if kind == "train" and row["step"] == 2:
-            raise KeyboardInterrupt("killed")
-
+    straight = copy.deepcopy(model)
+    _, history_straight = _round(straight, tok, 1, tmp_path / "a", str(tmp_path / "sa"))
     with pytest.raises(KeyboardInterrupt):
-        _round(copy.deepcopy(model), tok, 1, str(tmp_path / "b"), log=dies_in_sft_step_2)
-    resumed, rows, backend = copy.deepcopy(model), [], StubBackend(tok, [" good one", " bad", " good two"])
-    rollouts, report, _ = _round(resumed, tok, 1, str(tmp_path / "b"), backend, log=lambda kind, row: rows.append((kind, row)))
+        _round(copy.deepcopy(model), tok, 1, tmp_path / "b", str(tmp_path / "sb"), die_at=2)
+    resumed, backend = copy.deepcopy(model), StubBackend(tok, [" good one", " bad", " good two"])
+    result, history = _round(resumed, tok, 1, tmp_path / "b", str(tmp_path / "sb"), backend=backend)
     assert backend.calls == 0  # the graded rollouts came from scratch
-    assert report["kept"] == 4 and len(rollouts) == 6
-    assert [(k, r["step"]) for k, r in rows] == [(k, r["step"]) for k, r in rows_straight]  # SFT logs replayed, none lost
+    assert result.report["kept"] == 4 and len(result.rollouts) == 6
+    assert [r["step"] for r in history.rows["train"]] == [r["step"] for r in history_straight.rows["train"]]
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 
 
 def test_ei_config_rejects_empty_rounds():
-    from a5core.config import from_dict
-
     with pytest.raises(ConfigError, match="n_questions"):
         from_dict(EIConfig, {"n_questions": 0}, "ei")
     with pytest.raises(ConfigError, match="unknown"):  # the number of rounds is the number of ei_round_<k> stages
         from_dict(EIConfig, {"n_rounds": 3}, "ei")
 
 
-def test_evaluation_averages_over_samples_per_example(tiny):
-    from a5core.evaluation import evaluate_policy
-
-    model, tok = tiny
-    backend = StubBackend(tok, [" good", " bad", " bad"])  # sample j of every prompt is texts[j % 3]
-    records, metrics = evaluate_policy(model, tok, backend, ROWS[:4], EvalConfig(samples_per_example=3), StubPool(), progress=False)
-    assert len(records) == 12 and [r["sample_index"] for r in records[:3]] == [0, 1, 2]
-    assert metrics["n"] == 12 and metrics["accuracy"] == pytest.approx(1 / 3)
-    with pytest.raises(ConfigError, match="samples_per_example"):
-        from a5core.config import from_dict
-
-        from_dict(EvalConfig, {"samples_per_example": 0}, "validation")
-
-
-def test_ei_round_samples_from_its_start_policy_and_validates_the_trained_one(tiny):
+def test_ei_round_samples_from_its_start_policy_and_validates_the_trained_one(tiny, tmp_path):
     """On the vLLM path the engine must sample from the policy the round starts from (round k-1's model) and
     validate the policy after the round's SFT: the round syncs the engine before each."""
     model, tok = tiny
-    synced = []
-
-    class RecordingBackend(StubBackend):
-        def sync_weights(self, policy):
-            synced.append(next(policy.parameters()).detach().clone())
-
-    backend = RecordingBackend(tok, [" good one", " bad"])
-
-    def evaluate_fn(policy, n):  # as pipeline.make_eval_fn does
-        backend.sync_weights(policy)
-        return eval_stub(policy, n)
-
+    backend = StubBackend(tok, [" good one", " bad"])
     policy = copy.deepcopy(model)
-    _round(policy, tok, 1, backend=backend, evaluate_fn=evaluate_fn)
-    assert len(synced) == 2
-    assert torch.equal(synced[0], next(model.parameters()))  # rollouts from the start policy
-    assert torch.equal(synced[1], next(policy.parameters())) and not torch.equal(synced[0], synced[1])  # validation after SFT
+    _round(policy, tok, 1, tmp_path, backend=backend)
+    assert len(backend.synced) == 2
+    assert torch.equal(backend.synced[0], next(model.parameters()))  # rollouts from the start policy
+    assert torch.equal(backend.synced[1], next(policy.parameters())) and not torch.equal(*backend.synced)
+
+
+def test_ei_rounds_do_not_rewarm_unless_asked(tiny, tmp_path):
+    model, tok = tiny
+    _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "a")
+    assert history.rows["train"][0]["lr"] == pytest.approx(EI_CFG.learning_rate)  # starts at the peak
+    rewarm = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3, max_tokens=8, rewarm=True)
+    _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", cfg=rewarm, sft=replace(EI_SFT, warmup_ratio=1.0))
+    assert history.rows["train"][0]["lr"] == pytest.approx(1e-3 / 2)  # 2 steps, both warming up

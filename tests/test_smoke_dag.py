@@ -1,7 +1,9 @@
-"""End to end on the smoke profile (tiny random model): `dvc repro` up to EI round 2 (as if stopped there),
-`dvc repro` of the whole DAG (rounds 1-2 are not run again), a cached rerun, then
-`dvc exp run -S` on a GRPO param (only GRPO and plots re-run), `dvc plots diff` against the baseline, and
-`dvc exp run -S` on an `eval` param (only baseline_eval and plots re-run)."""
+"""End to end on the smoke profile (tiny random model, hf backend): `dvc repro` up to EI round 2 (as if stopped there),
+`dvc repro` of the whole DAG (rounds 1-2 are not run again), a cached rerun, `dvc exp run -S` on a GRPO param (only
+GRPO and plots re-run), `dvc plots diff` against the baseline, `dvc exp run -S` on an `eval` param (only baseline_eval
+and plots re-run), the results a fresh clone shows without running anything, and the cache links (one copy of each
+model)."""
+
 import json
 import os
 import shutil
@@ -14,49 +16,119 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_whole_dag_on_smoke_profile(tmp_path):
+def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
+    """A copy of the working tree (tracked and untracked files) as a fresh git repo with `profile` selected."""
     work = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for f in files:
         if (ROOT / f).is_file():
             (work / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, work / f)
-    shutil.copy(work / "profiles" / "smoke.yaml", work / "params.yaml")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(work),
-           "GIT_AUTHOR_NAME": "a5", "GIT_AUTHOR_EMAIL": "a5@localhost", "GIT_COMMITTER_NAME": "a5", "GIT_COMMITTER_EMAIL": "a5@localhost"}
-    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(work),
+        "GIT_AUTHOR_NAME": "a5",
+        "GIT_AUTHOR_EMAIL": "a5@localhost",
+        "GIT_COMMITTER_NAME": "a5",
+        "GIT_COMMITTER_EMAIL": "a5@localhost",
+    }
+
+    def run(*cmd):
+        return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+
+    assert run(sys.executable, "-m", "tools.profile", profile).returncode == 0
     assert run("git", "init", "-q").returncode == 0
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "smoke").returncode == 0
-    ran_stages = lambda r: {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}  # noqa: E731
+    return work, run
+
+
+def ran_stages(r) -> set[str]:
+    return {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
+
+
+def ok(r) -> None:
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def disk_usage(*paths: Path) -> int:
+    """Bytes of the files under `paths`, each inode counted once (as `du` counts hard links)."""
+    seen, total = set(), 0
+    for root in paths:
+        for f in root.rglob("*"):
+            st = f.lstat()
+            if f.is_file() and not f.is_symlink() and st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
+    return total
+
+
+def assert_one_copy_of_each_model(work: Path, run) -> None:
+    """Model files share their bytes with DVC's cache (a link), so models + cache is about models alone, and
+    `dvc checkout` still restores a deleted model."""
+    weights = work / "models" / "sft_full" / "model.safetensors"
+    cached = [
+        p for p in (work / ".dvc" / "cache").rglob("*") if p.is_file() and p.stat().st_ino == weights.stat().st_ino
+    ]
+    assert cached or weights.is_symlink(), "the model file is a copy of its cache entry"
+    models, both = disk_usage(work / "models"), disk_usage(work / "models", work / ".dvc" / "cache")
+    assert both <= 1.2 * models, (both, models)
+    shutil.rmtree(work / "models" / "sft_full")
+    ok(run("dvc", "checkout", "models/sft_full"))
+    assert weights.exists()
+
+
+@pytest.mark.slow
+def test_whole_dag_on_smoke_profile(tmp_path):
+    work, run = scratch_repo(tmp_path, "smoke")
     r = run("dvc", "repro", "ei_round_2@G2")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ok(r)
     assert {"ei_round_1@G2", "ei_round_2@G2"} <= ran_stages(r) and "ei_round_3@G2" not in ran_stages(r)
+    assert "step 1/" in r.stdout and "loss " in r.stdout  # a console line per optimizer step
     r = run("dvc", "repro")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ok(r)
     ran = ran_stages(r)
-    assert "ei_round_3@G2" in ran and "plots" in ran and not ran & {"ei_round_1@G2", "ei_round_2@G2", "sft@filtered"}, ran
+    assert "ei_round_3@G2" in ran and "plots" in ran and not ran & {"ei_round_1@G2", "ei_round_2@G2", "sft@filtered"}, (
+        ran
+    )
+    dvc_warnings = [
+        line for line in (r.stdout + r.stderr).splitlines() if line.startswith("WARNING") and "EI round" not in line
+    ]
+    assert not dvc_warnings, dvc_warnings
     summary = (work / "reports" / "summary.md").read_text()
-    assert "GRPO" in summary and "EI" in summary and "SFT" in summary
+    assert "GRPO" in summary and "EI" in summary and "SFT" in summary and "95%" in summary
     base = json.loads((work / "results" / "baseline" / "metrics.json").read_text())
-    assert base["n"] == 8 and base["format1_answer1"] + base["format1_answer0"] + base["format0_answer0"] == 8
+    details = json.loads((work / "results" / "baseline" / "details.json").read_text())
+    assert details["n_questions"] == 8 and base["accuracy_lo"] <= base["accuracy"] <= base["accuracy_hi"]
+    assert not (work / "scratch").exists()  # resume state is removed after success
+    assert_one_copy_of_each_model(work, run)
     r = run("dvc", "status")
     assert "up to date" in r.stdout, r.stdout
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
     r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=3e-6")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    ran = ran_stages(r)
-    assert ran == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran
+    ok(r)
+    assert ran_stages(r) == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran_stages(
+        r
+    )
     rounds = (work / "results" / "ei" / "G2" / "round_5" / "logs" / "rounds.csv").read_text().splitlines()
-    assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the initial policy
+    assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the start
     r = run("dvc", "plots", "diff", "HEAD", "--json")
-    assert r.returncode == 0, r.stderr[-3000:]
-    grpo = json.loads(r.stdout)["data"]["GRPO validation accuracy vs step"]
-    revs = {v["rev"] for e in grpo for v in e["content"]["data"]["values"]}
-    assert revs == {"HEAD", "workspace"}, revs
-    # the zero-shot eval's params rerun only the zero-shot eval (and the plots that read its metrics)
-    r = run("dvc", "exp", "run", "-S", "eval.n_examples=4")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ok(r)
+    plots = json.loads(r.stdout)["data"]
+    accuracy = [k for k in plots if k.endswith("grpo/reinforce_baseline/live/plots/metrics/eval/accuracy.tsv")]
+    assert accuracy, sorted(plots)[:20]
+    assert {v["rev"] for e in plots[accuracy[0]] for v in e["content"]["data"]["values"]} == {"HEAD", "workspace"}
+    # from the baseline again, the zero-shot eval's params rerun only the zero-shot eval (and the plots that read it)
+    assert run("git", "checkout", "--", ".").returncode == 0
+    ok(run("dvc", "checkout"))
+    r = run("dvc", "exp", "run", "-S", "eval.max_tokens=12")
+    ok(r)
     assert ran_stages(r) == {"baseline_eval", "plots"}, ran_stages(r)

@@ -1,17 +1,25 @@
+"""The SFT loop on a tiny model: gradient accumulation, warm-up as a fraction, resume after a kill, and its logs."""
+
 import copy
-from dataclasses import replace
+import json
 
 import pytest
 import torch
 
 from a5core.checkpoint import Checkpointer
-from a5core.config import ConfigError, from_dict
-from a5core.ei import select_kept
-from a5core.grpo import GRPOConfig
+from a5core.history import read_log
 from a5core.sft import SFTConfig, encode_examples, sft_step, train_sft
 from a5core.tokenization import pad_token_id
+from tests.loop_fakes import METRICS, DyingHistory, StubValidator
 
-ROWS = [{"unique_id": str(i), "prompt": f"Compute {i} + 1.", "response": f" {i} + 1 = {i + 1}. </think> <answer>{i + 1}</answer>"} for i in range(8)]
+ROWS = [
+    {
+        "unique_id": str(i),
+        "prompt": f"Compute {i} + 1.",
+        "response": f" {i} + 1 = {i + 1}. </think> <answer>{i + 1}</answer>",
+    }
+    for i in range(8)
+]
 
 
 def _grads(model):
@@ -33,47 +41,63 @@ def test_empty_response_rejected(tiny):
         encode_examples(tok, [{"unique_id": "z", "prompt": "p", "response": ""}])
 
 
-def test_killed_run_resumes_to_same_weights(tiny, tmp_path):
+def _train(model, tok, folder, cfg, ckpt=None, die_at=None):
+    with DyingHistory(folder, die_at) as history:
+        final = train_sft(
+            model,
+            tok,
+            rows=ROWS,
+            cfg=cfg,
+            validate=StubValidator(),
+            history=history,
+            initial={"metrics": METRICS},
+            ckpt=ckpt,
+        )
+    return final, history
+
+
+def test_killed_run_resumes_to_same_weights_and_logs(tiny, tmp_path):
     model, tok = tiny
-    cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=0, checkpoint_every=1, learning_rate=1e-3)
-    ev = lambda p, n: {"accuracy": 0.0}  # noqa: E731
+    cfg = SFTConfig(
+        batch_size=2, micro_batch_size=2, eval_every=2, eval_examples=2, checkpoint_every=1, learning_rate=1e-3
+    )
     full = copy.deepcopy(model)
-    train_sft(full, tok, ROWS, cfg, ev)
-    # "kill" after step 2: run a copy whose loop raises, leaving its last checkpoint behind
-    part = copy.deepcopy(model)
-    ck = Checkpointer(tmp_path, "fp", 1)
-    calls = {"n": 0}
-
-    def dying_log(kind, row):
-        calls["n"] += 1
-        if kind == "train" and row["step"] == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_sft(part, tok, ROWS, cfg, ev, ck, dying_log)
+    _, straight = _train(full, tok, tmp_path / "a", cfg)
+    with pytest.raises(KeyboardInterrupt):  # "killed" while logging step 3; its last checkpoint is step 2
+        _train(copy.deepcopy(model), tok, tmp_path / "b", cfg, Checkpointer(tmp_path / "ck", "fp", 1), die_at=3)
     resumed = copy.deepcopy(model)  # a fresh process starts from the initial weights again
-    train_sft(resumed, tok, ROWS, cfg, ev, Checkpointer(tmp_path, "fp", 1))
+    _, history = _train(resumed, tok, tmp_path / "b", cfg, Checkpointer(tmp_path / "ck", "fp", 1))
     for p, q in zip(full.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
-    assert Checkpointer(tmp_path, "other-fingerprint", 1).load() is None  # changed inputs start fresh
+    assert [r["step"] for r in history.rows["train"]] == [1, 2, 3, 4]
+    drop = ("tokens_per_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in history.rows["train"]] == [
+        {k: v for k, v in r.items() if k not in drop} for r in straight.rows["train"]
+    ]
+    assert [r["step"] for r in read_log(tmp_path / "b" / "logs" / "eval.csv")] == [0, 2, 4]  # step 0 = the start
+    assert (tmp_path / "b" / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text().count("\n") == 5
+    assert Checkpointer(tmp_path / "ck", "other-fingerprint", 1).load() is None  # changed inputs start fresh
 
 
-def test_grpo_config_errors_before_work():
-    with pytest.raises(ConfigError, match="divisible by gradient_accumulation_steps"):
-        from_dict(GRPOConfig, {"train_batch_size": 10, "gradient_accumulation_steps": 3}, "grpo")
-    with pytest.raises(ConfigError, match="rollout_batch_size must be divisible by group_size"):
-        from_dict(GRPOConfig, {"rollout_batch_size": 10, "group_size": 4, "train_batch_size": 10, "gradient_accumulation_steps": 2}, "grpo")
-    with pytest.raises(ConfigError, match="off-policy"):
-        from_dict(GRPOConfig, {"epochs_per_rollout_batch": 2}, "grpo")
-    with pytest.raises(ConfigError, match="not one of"):
-        from_dict(GRPOConfig, {"loss_type": "ppo"}, "grpo")
+def test_warmup_is_a_fraction_of_the_run_and_validation_is_full_at_the_end(tiny, tmp_path):
+    model, tok = tiny
+    validator = StubValidator()
+    cfg = SFTConfig(
+        batch_size=1, micro_batch_size=1, warmup_ratio=0.5, eval_every=3, eval_examples=2, learning_rate=1e-3
+    )
+    with DyingHistory(tmp_path) as history:
+        train_sft(copy.deepcopy(model), tok, rows=ROWS, cfg=cfg, validate=validator, history=history)
+    lrs = [r["lr"] for r in history.rows["train"]]
+    assert lrs[:4] == pytest.approx([1e-3 * k / 4 for k in (1, 2, 3, 4)])  # 8 steps, 4 of warm-up
+    assert validator.calls == [False, False, True]  # the fixed subset mid-run (steps 3, 6), the whole set at the end
+    completions = [json.loads(line) for line in (tmp_path / "logs" / "completions.jsonl").read_text().splitlines()]
+    assert completions == []  # the stub evaluation has no samples; the table exists
 
 
-def test_ei_selection_cap_and_dedup():
-    recs = [{"unique_id": "a", "response": "x", "reward": 1.0}, {"unique_id": "a", "response": "x ", "reward": 1.0},
-            {"unique_id": "a", "response": "y", "reward": 1.0}, {"unique_id": "a", "response": "z", "reward": 1.0},
-            {"unique_id": "b", "response": "x", "reward": 0.0}]
-    kept, counts = select_kept(recs, 2, dedup=True)
-    assert [r["response"] for r in kept] == ["x", "y"] and counts == {"duplicates_removed": 1, "removed_by_cap": 1}
-    kept, _ = select_kept(recs, 0, dedup=False)
-    assert len(kept) == 4
+def test_console_prints_a_line_per_step_with_numbers(tiny, tmp_path, capsys):
+    model, tok = tiny
+    cfg = SFTConfig(batch_size=4, micro_batch_size=2, eval_every=0, learning_rate=1e-3)
+    with DyingHistory(tmp_path) as history:
+        train_sft(copy.deepcopy(model), tok, rows=ROWS, cfg=cfg, validate=StubValidator(), history=history)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[test] step")]
+    assert len(lines) == 2 and "loss " in lines[0] and "tok/s" in lines[0] and "ETA" in lines[0]

@@ -1,13 +1,17 @@
 """Readers for MATH-format, GSM8K-format and handout-SFT-format files into the project's row schemas.
 
-Every error names the file, the line (1-based, for JSONL) and the field. Schemas:
+Data files are untrusted input: every error names the file, the line (1-based, for JSONL; the row for Parquet and
+the hub) and the field. Text fields must be strings; answers may be strings or numbers (an integer-valued number
+becomes its integer digits, others their shortest repr; NaN, infinities, booleans, lists and dicts are refused); an
+SFT record needs a ground truth (its own field, or a \\boxed{} / <answer> in the response); files and fields have size
+caps (MAX_FILE_BYTES, MAX_FIELD_CHARS). Schemas:
 - problems: unique_id, problem, answer, solution, subject, level, source
 - sft: unique_id, prompt, response, ground_truth (+ subject, level, source)
 """
 from __future__ import annotations
 
 import json
-import re
+import math
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,8 +23,22 @@ PROBLEM_SCHEMA = pa.schema([(n, pa.string()) for n in ("unique_id", "problem", "
 SFT_SCHEMA = pa.schema([(n, pa.string()) for n in ("unique_id", "prompt", "response", "ground_truth", "subject", "level", "source")])
 
 
+MAX_FILE_BYTES = 2 * 1024**3  # a JSONL/Parquet data file
+MAX_FIELD_CHARS = {"problem": 20_000, "solution": 50_000, "answer": 1_000, "prompt": 50_000, "response": 200_000,
+                   "ground_truth": 1_000}
+
+
 class DataError(ValueError):
     """Bad input data; the message names file, line and field."""
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    if not path.is_file():
+        raise DataError(f"{path}: not a file (a {'folder' if path.is_dir() else 'special file'}); give the data file itself")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise DataError(f"{path}: {path.stat().st_size} bytes, over the {MAX_FILE_BYTES}-byte cap for a data file")
 
 
 def read_records(spec: str) -> tuple[str, list[tuple[int, dict]]]:
@@ -29,19 +47,25 @@ def read_records(spec: str) -> tuple[str, list[tuple[int, dict]]]:
     if kind == "jsonl":
         return rest, list(_read_jsonl(Path(rest)))
     if kind == "parquet":
-        if not Path(rest).exists():
-            raise DataError(f"{rest}: no such file")
-        return rest, [(i + 1, r) for i, r in enumerate(pq.read_table(rest).to_pylist())]
+        _check_file(Path(rest))
+        try:
+            table = pq.read_table(rest)
+        except Exception as err:  # pyarrow raises several types for a damaged or foreign file
+            raise DataError(f"{rest}: not a readable Parquet file ({type(err).__name__}: {err})") from None
+        return rest, [(i + 1, r) for i, r in enumerate(table.to_pylist())]
     if kind == "hf":
         return rest, _read_hf(rest)
     raise DataError(f"unknown data source {spec!r}: use synthetic, jsonl:<path>, parquet:<path> or hf:<name>[:<config>]:<split>")
 
 
 def _read_jsonl(path: Path):
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    _check_file(path)
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
             if not line.strip():
                 continue
             try:
@@ -54,58 +78,99 @@ def _read_jsonl(path: Path):
 
 
 def _read_hf(spec: str) -> list[tuple[int, dict]]:
+    """`<name>[:<config>]:<split>[@<revision>]` from the Hugging Face Hub (a revision pins the dataset's commit)."""
+    spec, _, revision = spec.partition("@")
     parts = spec.split(":")
     name, config, split = parts[0], (parts[1] if len(parts) == 3 else None), parts[-1]
     try:
         import datasets  # optional extra: pip install -e .[data]
     except ImportError as e:
         raise DataError("hf: data sources need the `datasets` package (pip install -e '.[data]')") from e
-    ds = datasets.load_dataset(name, config, split=split)
+    ds = datasets.load_dataset(name, config, split=split, revision=revision or None)
     return [(i + 1, dict(r)) for i, r in enumerate(ds)]
 
 
-def _field(label: str, line: int, rec: dict, *names: str, required: bool = True) -> str | None:
+def _as_text(label: str, line: int, name: str, value, numbers: bool) -> str:
+    """A field's value as text: strings as they are; numbers (answers only) in canonical form; anything else refused."""
+    if isinstance(value, str):
+        text = value
+    elif numbers and isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif numbers and isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(f"{label}:{line}: field {name!r} is {value!r}; an answer must be a finite number or a string")
+        text = str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    else:
+        kind = "a number or a string" if numbers else "a string"
+        raise DataError(f"{label}:{line}: field {name!r} must be {kind}, got {type(value).__name__} {str(value)[:60]!r}")
+    cap = MAX_FIELD_CHARS.get(name)
+    if cap and len(text) > cap:
+        raise DataError(f"{label}:{line}: field {name!r} has {len(text)} characters, over its cap of {cap}")
+    return text
+
+
+def _field(label: str, line: int, rec: dict, *names: str, required: bool = True, numbers: bool = False) -> str | None:
     for n in names:
-        if n in rec and rec[n] is not None and str(rec[n]).strip() != "":
-            return str(rec[n])
+        if n in rec and rec[n] is not None:
+            text = _as_text(label, line, n, rec[n], numbers)
+            if text.strip():
+                return text
     if required:
         raise DataError(f"{label}:{line}: missing or empty field {' / '.join(names)!r}")
     return None
 
 
+def _meta(label: str, line: int, rec: dict, *names: str, default: str = "") -> str:
+    """A short identifier field (unique_id, subject, level): a string or an integer, at most 200 characters."""
+    for n in names:
+        value = rec.get(n)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise DataError(f"{label}:{line}: field {n!r} must be a string or an integer, got {type(value).__name__}")
+        if len(str(value)) > 200:
+            raise DataError(f"{label}:{line}: field {n!r} is longer than 200 characters")
+        return str(value)
+    return default
+
+
 def to_problem(label: str, line: int, rec: dict, source: str) -> dict:
     """One MATH- or GSM8K-format record -> a problem row."""
     if "question" in rec and "problem" not in rec:  # GSM8K: answer ends in '#### <number>'
-        full = _field(label, line, rec, "answer")
+        full = _field(label, line, rec, "answer", numbers=True)
         if "####" not in full:
             raise DataError(f"{label}:{line}: field 'answer' has no '#### <number>' final answer (GSM8K format)")
         answer = full.rsplit("####", 1)[1].strip().replace(",", "")
-        return {"unique_id": str(rec.get("unique_id") or f"{source}/{line:06d}"), "problem": _field(label, line, rec, "question"),
+        return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
+                "problem": _field(label, line, rec, "question"),
                 "answer": answer, "solution": full.rsplit("####", 1)[0].strip(), "subject": "gsm8k", "level": "", "source": source}
     problem = _field(label, line, rec, "problem")
     solution = _field(label, line, rec, "solution", required=False) or ""
-    answer = _field(label, line, rec, "answer", required=False)
+    answer = _field(label, line, rec, "answer", required=False, numbers=True)
     if answer is None:
         boxes = boxed_contents(solution)
         if not boxes:
             raise DataError(f"{label}:{line}: empty field 'answer' and no \\boxed{{}} in 'solution'")
         answer = boxes[-1]
-    return {"unique_id": str(rec.get("unique_id") or f"{source}/{line:06d}"), "problem": problem, "answer": answer,
-            "solution": solution, "subject": str(rec.get("subject") or rec.get("type") or ""),
-            "level": str(rec.get("level") or ""), "source": source}
+    return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"), "problem": problem,
+            "answer": answer, "solution": solution, "subject": _meta(label, line, rec, "subject", "type"),
+            "level": _meta(label, line, rec, "level"), "source": source}
 
 
 def to_sft(label: str, line: int, rec: dict, source: str) -> dict:
     """One handout-format SFT record {prompt, response[, ground_truth]} -> an SFT row."""
     response = _field(label, line, rec, "response")
-    gt = _field(label, line, rec, "ground_truth", "answer", required=False)
+    gt = _field(label, line, rec, "ground_truth", "answer", required=False, numbers=True)
     if gt is None:
         boxes = boxed_contents(response)
-        m = re.search(r"<answer>(.*?)</answer>", response, re.S)
-        gt = boxes[-1] if boxes else (m.group(1).strip() if m else "")
-    return {"unique_id": str(rec.get("unique_id") or f"{source}/{line:06d}"), "prompt": _field(label, line, rec, "prompt"),
-            "response": response, "ground_truth": gt, "subject": str(rec.get("subject") or ""),
-            "level": str(rec.get("level") or ""), "source": source}
+        body = response.split("<answer>")[-1].split("</answer>")[0].strip() if "</answer>" in response else ""
+        gt = boxes[-1] if boxes else body
+    if not gt:
+        raise DataError(f"{label}:{line}: no ground truth: give a 'ground_truth' field (or a \\boxed{{}} or "
+                        "<answer>...</answer> in the response), so that traces can be filtered by correctness")
+    return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
+            "prompt": _field(label, line, rec, "prompt"), "response": response, "ground_truth": gt,
+            "subject": _meta(label, line, rec, "subject"), "level": _meta(label, line, rec, "level"), "source": source}
 
 
 def check_unique_ids(label: str, rows: list[dict]) -> None:

@@ -1,4 +1,10 @@
-"""`prepare_math`: resolve the data params into train / validation / SFT rows (disjoint by problem text)."""
+"""`prepare_math`: resolve the data params into train / validation / SFT rows.
+
+Validation is kept apart from everything: a training or SFT problem whose text equals a validation problem's is
+dropped. Training problems that also have an SFT trace stay in the EI/GRPO pool, as in the handout (which uses all
+of MATH train), unless `data.exclude_sft_problems`. Every ground truth must be gradable: one the grader cannot screen
+and normalize fails the stage with its row id, instead of silently never matching.
+"""
 from __future__ import annotations
 
 import random
@@ -33,22 +39,43 @@ def prepare(cfg: DataConfig) -> tuple[dict[str, list[dict]], dict]:
         else:
             random.Random(cfg.seed).shuffle(problems)
             validation, train = problems[: cfg.n_validation], problems[cfg.n_validation :]
-        train = train[: cfg.n_train] if cfg.n_train else train
-        validation = validation[: cfg.n_validation] if cfg.n_validation else validation
+        train = seeded_subset(train, cfg.n_train, cfg.seed)
+        validation = seeded_subset(validation, cfg.n_validation, cfg.seed)
         sft = []
     if cfg.sft_source != "synthetic":
         sft = adapters.load_sft(cfg.sft_source)
-    elif cfg.source != "synthetic":
-        raise ValueError("data.sft_source=synthetic needs data.source=synthetic; give jsonl:/parquet: SFT traces")
-    return drop_overlaps(train, validation, sft)
+    check_ground_truths(train, "answer", cfg.source)
+    check_ground_truths(validation, "answer", cfg.validation_source or cfg.source)
+    check_ground_truths(sft, "ground_truth", cfg.sft_source)
+    return drop_overlaps(train, validation, sft, exclude_sft_problems=cfg.exclude_sft_problems)
 
 
-def drop_overlaps(train: list[dict], validation: list[dict], sft: list[dict]) -> tuple[dict[str, list[dict]], dict]:
-    """Validation wins over SFT, SFT over train: an overlapping problem is removed from the later split."""
+def seeded_subset(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """`n` rows drawn with `seed`, in file order (0 or n >= len: all): not the first n, which may all be one subject."""
+    if not n or n >= len(rows):
+        return rows
+    keep = sorted(random.Random(seed).sample(range(len(rows)), n))
+    return [rows[i] for i in keep]
+
+
+def check_ground_truths(rows: list[dict], field: str, source: str) -> None:
+    """Every row's ground truth must pass the grader's screen and normalization; else fail naming the row."""
+    from a5core.grader import check_ground_truth
+
+    for r in rows:
+        try:
+            check_ground_truth(r[field])
+        except ValueError as err:
+            raise adapters.DataError(f"{source}: row {r['unique_id']!r}: {field} {r[field]!r} cannot be graded ({err})") from None
+
+
+def drop_overlaps(train: list[dict], validation: list[dict], sft: list[dict], exclude_sft_problems: bool = False
+                  ) -> tuple[dict[str, list[dict]], dict]:
+    """Validation problems are removed from SFT and train; SFT problems from train only if `exclude_sft_problems`."""
     key = synthetic.normalize_problem
     val_keys = {key(r["problem"]) for r in validation}
     sft_kept = [r for r in sft if key(_problem_of_prompt(r["prompt"])) not in val_keys]
-    sft_keys = {key(_problem_of_prompt(r["prompt"])) for r in sft_kept}
+    sft_keys = {key(_problem_of_prompt(r["prompt"])) for r in sft_kept} if exclude_sft_problems else set()
     train_kept = [r for r in train if key(r["problem"]) not in val_keys | sft_keys]
     report = {"train": len(train_kept), "validation": len(validation), "sft": len(sft_kept),
               "removed_from_train": len(train) - len(train_kept), "removed_from_sft": len(sft) - len(sft_kept)}

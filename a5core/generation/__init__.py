@@ -1,4 +1,5 @@
 """Generation backends behind one interface: `make_backend(cfg, model_dir, policy, tokenizer)`."""
+
 from __future__ import annotations
 
 from a5core.config import GenerationConfig
@@ -12,7 +13,7 @@ def make_backend(cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed:
         return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, dtype=cfg.dtype)
     from a5core.generation.vllm import VLLMBackend
 
-    return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer)
+    return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer, policy=policy)
 
 
 __all__ = ["Backend", "Completion", "HFBackend", "make_backend", "truncate_at_stop"]

@@ -1,4 +1,5 @@
 """The generation interface shared by evaluation, Expert Iteration and GRPO."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,8 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(frozen=True)
 class Completion:
-    """One sampled continuation. `text` includes a matched stop string; `token_ids` are the generated ids.
+    """One sampled continuation. `text` ends right after a matched stop string; `token_ids` are exactly the sampled
+    ids (the one that completed the stop string, and a sampled EOS, included), which training uses as they are.
 
     `token_entropies`: entropy (nats) of the policy's untempered next-token distribution at each generated
     token, when the backend computes it while sampling (hf); None where it does not (vLLM).
@@ -29,6 +31,11 @@ class Backend(Protocol):
 
     def sync_weights(self, policy) -> None:
         """Make the engine generate with `policy`'s current weights."""
+
+
+def request_seed(seed: int, prompt_index: int, sample_index: int = 0) -> int:
+    """The seed of one request's random stream: distinct per (seed, prompt, sample), stable across batchings."""
+    return (seed * 1_000_003 + prompt_index) * 1_009 + sample_index & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def truncate_at_stop(text: str, stops: list[str] | tuple[str, ...]) -> tuple[str, bool]:

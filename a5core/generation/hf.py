@@ -6,7 +6,13 @@ little; stop strings end a sequence and are kept in the text; bf16 autocast is u
 native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the policy
 object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
 distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
+
+As on vLLM: `token_ids` are exactly the sampled ids (the token that completed a stop string and a sampled EOS
+included; the text is cut right after the stop string), and every (prompt, sample) draws from its own random
+stream seeded from (sampling.seed, prompt index, sample index), so noise is independent across prompts and
+samples, and a prompt's completion does not depend on which other prompts share its batch.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from a5core.config import SamplingConfig
-from a5core.generation.base import Completion, truncate_at_stop
+from a5core.generation.base import Completion, request_seed, truncate_at_stop
 from a5core.logprobs import compute_entropy
 
 
@@ -36,8 +42,13 @@ def autocast_context(device: torch.device, dtype_pref: str = "auto"):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Greedy (temperature <= 0) or temperature + nucleus sampling of one token per row: (b, V) -> (b,)."""
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Greedy (temperature <= 0) or temperature + nucleus sampling of one token per row: (b, V) -> (b,).
+
+    `uniforms` (b,): one U[0, 1) draw per row from that row's own stream (default: the global generator).
+    """
     if temperature <= 0:
         return logits.argmax(dim=-1)  # (b,)
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (b, V)
@@ -50,7 +61,9 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float) -> torch
     # (70 ms for 48 x 49k on this CPU, ~10% of generation time); this takes ~4 ms. float64 keeps the cdf exact
     # enough that tail tokens keep their probability; zero-probability tokens are never returned (right=True).
     cdf = probs.double().cumsum(-1)  # (b, V)
-    u = torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]  # (b, 1)
+    if uniforms is None:
+        uniforms = torch.rand(cdf.shape[0])
+    u = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]  # (b, 1)
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (b,)
 
 
@@ -81,16 +94,22 @@ class HFBackend:
         self.model.eval()
         prefix = self._common_prefix(encoded)
         with autocast_context(device, self.dtype):
-            cache = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values if prefix else None
+            cache = (
+                self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
+                if prefix
+                else None
+            )
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         per_batch = max(1, self.batch_size // max(1, sampling.n))
         results: list[list[Completion]] = [[] for _ in prompts]
         bar = tqdm(total=len(prompts) * sampling.n, desc="generating", unit="seq", disable=not progress, leave=False)
-        for b, start in enumerate(range(0, len(order), per_batch)):
+        for start in range(0, len(order), per_batch):
             idx = order[start : start + per_batch]
-            torch.manual_seed(sampling.seed * 100_003 + b)
-            suffixes = [encoded[i][len(prefix):] for i in idx for _ in range(sampling.n)]
-            outs = self._generate_batch(suffixes, cache, len(prefix), sampling, device)
+            suffixes = [encoded[i][len(prefix) :] for i in idx for _ in range(sampling.n)]
+            streams = [
+                torch.Generator().manual_seed(request_seed(sampling.seed, i, j)) for i in idx for j in range(sampling.n)
+            ]
+            outs = self._generate_batch(suffixes, cache, len(prefix), sampling, device, streams)
             for j, i in enumerate(idx):
                 results[i] = outs[j * sampling.n : (j + 1) * sampling.n]
             bar.update(len(idx) * sampling.n)
@@ -107,34 +126,57 @@ class HFBackend:
             k += 1
         return first[:k]
 
-    def _generate_batch(self, suffixes: list[list[int]], prefix_cache, p: int, sampling: SamplingConfig, device) -> list[Completion]:
+    def _batch_inputs(self, suffixes: list[list[int]], prefix_cache, p: int, device):
+        """(ids, mask, positions, cache) of a batch: suffixes left-padded after the shared prefix, whose cache is
+        repeated over the batch; positions skip the padding so every row sees exactly its own prompt."""
         b, width = len(suffixes), max(len(x) for x in suffixes)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (b, S): suffixes left-padded after the prefix
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # (b, S)
         mask = torch.zeros((b, p + width), dtype=torch.long)  # (b, P+S)
         mask[:, :p] = 1
         for r, x in enumerate(suffixes):
-            ids[r, width - len(x):] = torch.tensor(x)
-            mask[r, p + width - len(x):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]  # (b, S): real positions skip the padding
+            ids[r, width - len(x) :] = torch.tensor(x)
+            mask[r, p + width - len(x) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]  # (b, S)
         cache = None
         if prefix_cache is not None:
             cache = copy.deepcopy(prefix_cache)
             cache.batch_repeat_interleave(b)
-        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
-        eos = self.tokenizer.eos_token_id
+        return ids.to(device), mask.to(device), pos.to(device), cache
+
+    def _generate_batch(
+        self,
+        suffixes: list[list[int]],
+        prefix_cache,
+        p: int,
+        sampling: SamplingConfig,
+        device,
+        streams: list[torch.Generator],
+    ) -> list[Completion]:
+        ids, mask, pos, cache = self._batch_inputs(suffixes, prefix_cache, p, device)
+        b, eos = len(suffixes), self.tokenizer.eos_token_id
         new: list[list[int]] = [[] for _ in range(b)]
-        ents: list[list[float]] = [[] for _ in range(b)]  # entropy of the distribution each new token came from
+        # the entropy of the distribution each new token came from (before min_tokens masking and temperature,
+        # as training sees it)
+        ents: list[list[float]] = [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
         with autocast_context(device, self.dtype):
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
-                ent = compute_entropy(logits).tolist()  # (a,): before min_tokens masking and temperature, like training sees it
+                ent = compute_entropy(logits).tolist()  # (a,)
                 if t < sampling.min_tokens and eos is not None:
                     logits[:, eos] = float("-inf")
                 nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
-                nxt[alive] = sample_next(logits, sampling.temperature, sampling.top_p).cpu()
+                uniforms = torch.cat([torch.rand(1, generator=streams[r]) for r in alive.tolist()])  # (a,)
+                nxt[alive] = sample_next(logits, sampling.temperature, sampling.top_p, uniforms).cpu()
                 for j, r in enumerate(alive.tolist()):
                     new[r].append(int(nxt[r]))
                     ents[r].append(ent[j])
@@ -145,10 +187,16 @@ class HFBackend:
                     keep = (~done[alive]).nonzero().flatten()
                     out.past_key_values.batch_select_indices(keep.to(device))
                     alive, mask, pos = alive[keep], mask[keep.to(device)], pos[keep.to(device)]
-                mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=mask.dtype, device=device)], dim=1)  # (a, L+1)
-                pos = pos[:, -1:] + 1  # (a, 1)
-                out = self.model(input_ids=nxt[alive][:, None].to(device), attention_mask=mask, position_ids=pos,
-                                 past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+                one = torch.ones((len(alive), 1), dtype=mask.dtype, device=device)
+                mask, pos = torch.cat([mask, one], dim=1), pos[:, -1:] + 1  # (a, L+1), (a, 1)
+                out = self.model(
+                    input_ids=nxt[alive][:, None].to(device),
+                    attention_mask=mask,
+                    position_ids=pos,
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
         return [self._completion(x, e, sampling) for x, e in zip(new, ents)]
 
     def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
@@ -156,22 +204,18 @@ class HFBackend:
             return True
         if len(ids) < sampling.min_tokens or not sampling.stop:
             return False
-        tail = self.tokenizer.decode(ids[-self.STOP_TAIL_TOKENS:], skip_special_tokens=True)
+        tail = self.tokenizer.decode(ids[-self.STOP_TAIL_TOKENS :], skip_special_tokens=True)
         return any(s in tail for s in sampling.stop)
 
     def _completion(self, new_ids: list[int], entropies: list[float], sampling: SamplingConfig) -> Completion:
+        """The sampled ids as they are (generation already stopped at EOS or at the token completing a stop string);
+        the text is their decoding, cut right after the earliest stop string, as vLLM's include_stop_str_in_output."""
         eos = self.tokenizer.eos_token_id
-        if eos in new_ids:
-            new_ids = new_ids[: new_ids.index(eos)]
-            stopped_by_eos = True
-        else:
-            stopped_by_eos = False
-        while new_ids and new_ids[-1] == self.pad_id:
-            new_ids.pop()
-        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        text, stopped = truncate_at_stop(text, sampling.stop)
-        if stopped:  # drop tokens generated past the stop string's end
-            keep = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            new_ids = new_ids[:keep]
-        reason = "stop" if (stopped or stopped_by_eos) else "length"
-        return Completion(text=text, token_ids=tuple(new_ids), finish_reason=reason, token_entropies=tuple(entropies[: len(new_ids)]))
+        if eos in new_ids:  # nothing is sampled after EOS; cut defensively
+            new_ids = new_ids[: new_ids.index(eos) + 1]
+        text, stopped = truncate_at_stop(self.tokenizer.decode(new_ids, skip_special_tokens=True), sampling.stop)
+        ended_by_eos = bool(new_ids) and new_ids[-1] == eos
+        reason = "stop" if (stopped or ended_by_eos) else "length"
+        return Completion(
+            text=text, token_ids=tuple(new_ids), finish_reason=reason, token_entropies=tuple(entropies[: len(new_ids)])
+        )

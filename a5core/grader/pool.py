@@ -1,62 +1,139 @@
-"""Batch grading in a pool of killable worker processes.
+"""Batch and single-call grading in killable worker processes.
 
 Each item gets a wall-clock budget; a worker that overruns it (e.g. C-level big-integer work that no
-signal can interrupt) is killed and replaced, and the item scores 0 with status `timeout`. Workers run
-under an address-space limit, so a memory blow-up kills only that worker (status `rejected_input`). The
-reward function is named by import path (`module:function`), so users can plug in their own grader.
+signal can interrupt) is killed and restarted in the background, and the item scores 0 with status
+`timeout`. Workers run under an address-space limit, so a memory blow-up kills only that worker (status
+`rejected_input`). The reward function is named by import path (`module:function`), so users can plug in
+their own grader.
+
+`bounded_grade` gives the single-call API (`grade`, the reward functions) the same bound: a lazily started,
+process-wide pool with one worker, restarted after a timeout. Inside a grader worker it grades inline, since
+that process is itself under a bound. Any other daemonic process cannot have children: there it grades inline
+under a SIGALRM timer (main thread only; a signal cannot interrupt C-level big-integer work, so this bound is
+weaker than a killable worker) or, off the main thread, without a bound after a one-time warning.
+
+A timed-out item scores answer 0 with status `timeout`; its format reward is still computed, in the parent,
+by the rule's extractor (a linear string scan), for the built-in reward paths. Every request carries a batch
+id, and a `map` interrupted by any exception (Ctrl-C included) kills its busy and starting workers before
+re-raising, so no result of an old batch can land in a new one.
+
+Workers exit quietly when the pipe closes or their parent dies (a watchdog thread compares the parent
+pid), so a killed trainer leaves no orphans printing EOFError/BrokenPipe tracebacks.
 """
+
 from __future__ import annotations
 
+import atexit
 import importlib
+import logging
 import multiprocessing as mp
+import os
+import signal
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Callable
+from typing import Self
 
 from tqdm.auto import tqdm
 
+from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS
+
 STARTUP_TIMEOUT_S = 120
+SINGLE_CALL_TIMEOUT_S = 5.0  # time limit of one `grade` / reward-function call (read at each call)
+SINGLE_CALL_PATH = "a5core.grader.reward:grade_inline"  # items carry (ground_truth, prompt)
+PARENT_POLL_S = 0.5
 BUILTIN = {
     "a5core.grader:r1_zero_reward_fn": "r1_zero",
     "a5core.grader.reward:r1_zero_reward_fn": "r1_zero",
+    "a5core.grader:r1_zero_strict_reward_fn": "r1_zero_strict",
+    "a5core.grader.reward:r1_zero_strict_reward_fn": "r1_zero_strict",
     "a5core.grader:question_only_reward_fn": "question_only",
     "a5core.grader.reward:question_only_reward_fn": "question_only",
 }
+_in_worker = False  # set in grader worker processes
+_single: dict = {"pool": None, "pid": None}  # the single-call pool and the pid that owns its pipes
+_single_lock = threading.Lock()
+_warned_unbounded = False
+logger = logging.getLogger(__name__)
+
+
+class RewardFnError(ValueError):
+    """A reward-function path that does not name a callable `module:function`."""
 
 
 def load_reward_fn(path: str) -> Callable:
     """Import `module:function`; a clear error when it is not there."""
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
-        raise ValueError(f"reward function must be 'module:function', got {path!r}")
+        raise RewardFnError(f"reward function must be 'module:function', got {path!r}")
     fn = getattr(importlib.import_module(module), name, None)
     if not callable(fn):
-        raise ValueError(f"{path!r}: {name} is not a callable in {module}")
+        raise RewardFnError(f"{path!r}: {name} is not a callable in {module}")
     return fn
 
 
 def detailed_grader(path: str) -> Callable[[str, object], dict]:
     """(response, ground_truth) -> dict with the three rewards plus status/extracted/normalized columns."""
-    from a5core.grader.reward import grade
+    from a5core.grader.reward import grade_inline
 
+    if path == SINGLE_CALL_PATH:
+
+        def any_rule(response, packed):
+            ground_truth, prompt = packed
+            return grade_inline(response, ground_truth, prompt).to_dict()
+
+        return any_rule
     if path in BUILTIN:
         prompt = BUILTIN[path]
-        return lambda r, g: grade(r, g, prompt).to_dict()
+        return lambda r, g: grade_inline(r, g, prompt).to_dict()
     fn = load_reward_fn(path)
 
     def custom(r, g):
         out = {k: float(v) for k, v in fn(r, g).items()}
-        return {**out, "status": "custom", "extracted": None, "normalized_pred": None, "normalized_gt": None, "detail": ""}
+        return {
+            **out,
+            "status": "custom",
+            "extracted": None,
+            "normalized_pred": None,
+            "normalized_gt": None,
+            "detail": "",
+        }
 
     return custom
 
 
 def failed(status: str, detail: str) -> dict:
-    return {"format_reward": 0.0, "answer_reward": 0.0, "reward": 0.0, "status": status, "extracted": None,
-            "normalized_pred": None, "normalized_gt": None, "detail": detail}
+    return {
+        "format_reward": 0.0,
+        "answer_reward": 0.0,
+        "reward": 0.0,
+        "status": status,
+        "extracted": None,
+        "normalized_pred": None,
+        "normalized_gt": None,
+        "detail": detail,
+    }
 
 
-def _worker(conn: Connection, path: str, memory_mb: int) -> None:
+def timeout_result(path: str, response, ground_truth, detail: str) -> dict:
+    """Status `timeout`, answer 0; for a built-in rule the format reward is kept (a bounded string scan)."""
+    out = failed("timeout", detail)
+    prompt = BUILTIN.get(path)
+    if path == SINGLE_CALL_PATH and isinstance(ground_truth, tuple) and len(ground_truth) == 2:
+        prompt = ground_truth[1]
+    if prompt in EXTRACTORS and isinstance(response, str) and len(response) <= MAX_RESPONSE_CHARS:
+        out["format_reward"] = float(EXTRACTORS[prompt](response)[0])
+    return out
+
+
+def in_grader_worker() -> bool:
+    """True in a grader worker process (and in any daemonic process, which cannot start workers)."""
+    return _in_worker or mp.current_process().daemon
+
+
+def _limit_memory(memory_mb: int) -> None:
     try:
         import resource
 
@@ -64,105 +141,287 @@ def _worker(conn: Connection, path: str, memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):
         pass
-    grader = detailed_grader(path)
-    grader("</think> <answer>1</answer>", "1")  # warm up imports before the first timed item
-    conn.send("ready")
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        idx, response, gt = msg
-        try:
-            conn.send((idx, grader(response, gt)))
-        except MemoryError:
-            conn.send((idx, failed("rejected_input", "memory limit")))
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit at once (no traceback, no cleanup) when the parent is gone, even in the middle of an item."""
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="grader-parent-watch", daemon=True).start()
+
+
+def _warm_up(path: str, grader: Callable) -> None:
+    """Import everything (sympy, math-verify's parser) before the first timed item."""
+    from a5core.grader.reward import grade_inline
+
+    grade_inline("</think> <answer>\\sin(\\frac{1}{2})</answer>", "\\sin(0.5)")
+    if path not in BUILTIN and path != SINGLE_CALL_PATH:
+        _grade_item(grader, "</think> <answer>1</answer>", "1")
+
+
+def _grade_item(grader: Callable, response, ground_truth) -> dict:
+    try:
+        return grader(response, ground_truth)
+    except MemoryError:
+        return failed("rejected_input", "memory limit")
+    except Exception as err:  # a custom grader's bug must not take the worker (and a traceback) with it
+        logger.debug("grader raised", exc_info=True)
+        return failed("error", f"{type(err).__name__}: {err}"[:300])
+
+
+def _worker(conn: Connection, path: str, memory_mb: int, parent_pid: int) -> None:
+    global _in_worker
+    _in_worker = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pool
+    _watch_parent(parent_pid)
+    _limit_memory(memory_mb)
+    try:
+        grader = detailed_grader(path)
+        _warm_up(path, grader)
+        conn.send("ready")
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                return
+            batch, idx, response, gt = msg
+            conn.send((batch, idx, _grade_item(grader, response, gt)))
+    except (EOFError, OSError):
+        os._exit(0)  # the parent closed the pipe or died: leave quietly
+
+
+class _Slot:
+    """One worker process and its pipe; `state` is "starting", "idle" or "busy"."""
+
+    def __init__(self, ctx, path: str, memory_mb: int):
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, path, memory_mb, os.getpid()), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn, self.state, self.item, self.payload = parent, "starting", -1, ("", None)
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(timeout=5)
+        self.conn.close()
 
 
 class GraderPool:
     """A reusable pool: `with GraderPool(path, workers=2) as pool: pool.map(responses, gts)`."""
 
-    def __init__(self, reward_fn: str = "a5core.grader:r1_zero_reward_fn", workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048):
+    def __init__(
+        self,
+        reward_fn: str = "a5core.grader:r1_zero_reward_fn",
+        workers: int = 2,
+        timeout_s: float = 5.0,
+        memory_mb: int = 2048,
+    ):
         load_reward_fn(reward_fn)  # fail fast in the parent on a bad path
         self.path, self.n, self.timeout_s, self.memory_mb = reward_fn, max(1, workers), timeout_s, memory_mb
         self.ctx = mp.get_context("spawn")
-        self.procs: list[tuple[mp.Process, Connection]] = []
+        self.slots: list[_Slot] = []
+        self.batch = 0  # id of the current `map`, carried by every request and reply
 
-    def _spawn(self) -> tuple[mp.Process, Connection]:
-        parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker, args=(child, self.path, self.memory_mb), daemon=True)
-        proc.start()
-        child.close()
-        # Item budgets start only once the worker has imported everything (spawn start-up is seconds).
-        if not parent.poll(STARTUP_TIMEOUT_S) or parent.recv() != "ready":
-            proc.kill()
-            raise RuntimeError(f"grader worker for {self.path} did not start within {STARTUP_TIMEOUT_S}s")
-        return proc, parent
-
-    def __enter__(self) -> "GraderPool":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def close(self) -> None:
-        for proc, conn in self.procs:
+        for slot in self.slots:
             try:
-                conn.send(None)
-            except (OSError, BrokenPipeError):
+                slot.conn.send(None)
+            except (OSError, ValueError):
                 pass
-            proc.join(timeout=1)
-            if proc.is_alive():
-                proc.kill()
-        self.procs = []
+            slot.proc.join(timeout=1)
+            if slot.proc.is_alive():
+                slot.proc.kill()
+                slot.proc.join(timeout=5)
+            slot.conn.close()
+        self.slots = []
 
     def map(self, responses: list[str], ground_truths: list, progress: bool = False) -> list[dict]:
-        """Grade every pair; never hangs: each item has `timeout_s` of wall-clock time."""
+        """Grade every pair; never hangs: each item has `timeout_s` of wall-clock time once a worker has it."""
         if len(responses) != len(ground_truths):
             raise ValueError("responses and ground_truths differ in length")
-        while len(self.procs) < min(self.n, max(1, len(responses))):
-            self.procs.append(self._spawn())
+        while len(self.slots) < min(self.n, max(1, len(responses))):
+            self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
+        self.batch += 1
         results: list[dict | None] = [None] * len(responses)
-        pending = list(range(len(responses)))[::-1]
-        busy: dict[int, tuple[int, float]] = {}  # worker slot -> (item, deadline)
+        pending = deque(range(len(responses)))
         bar = tqdm(total=len(responses), desc="grading", disable=not progress, leave=False)
-        while pending or busy:
-            for slot in range(len(self.procs)):
-                if slot not in busy and pending:
-                    idx = pending.pop()
-                    self.procs[slot][1].send((idx, responses[idx], ground_truths[idx]))
-                    busy[slot] = (idx, time.monotonic() + self.timeout_s)
-            next_deadline = min(d for _, d in busy.values())
-            ready = wait([self.procs[s][1] for s in busy], timeout=max(0.0, next_deadline - time.monotonic()))
-            for slot in list(busy):
-                proc, conn = self.procs[slot]
-                idx, deadline = busy[slot]
-                if conn in ready:
-                    try:
-                        got, result = conn.recv()
-                        results[got] = result
-                    except (EOFError, OSError):
-                        results[idx] = failed("rejected_input", "grader worker died (memory limit?)")
-                        self._replace(slot)
-                elif time.monotonic() >= deadline:
-                    results[idx] = failed("timeout", f"over {self.timeout_s}s")
-                    self._replace(slot)
-                else:
-                    continue
-                del busy[slot]
-                bar.update(1)
-        bar.close()
+        try:
+            while pending or any(s.state == "busy" for s in self.slots):
+                self._dispatch(pending, responses, ground_truths, results, bar)
+                self._collect(results, bar)
+        except BaseException:  # Ctrl-C, a failed start-up, ...: no busy worker may answer into a later batch
+            self._drop_unfinished()
+            raise
+        finally:
+            bar.close()
         return results  # type: ignore[return-value]
 
-    def _replace(self, slot: int) -> None:
-        proc, conn = self.procs[slot]
-        proc.kill()
-        proc.join(timeout=5)
-        conn.close()
-        self.procs[slot] = self._spawn()
+    def _drop_unfinished(self) -> None:
+        """Kill and forget every busy or starting worker (the next `map` starts fresh ones)."""
+        for slot in [s for s in self.slots if s.state != "idle"]:
+            slot.kill()
+            self.slots.remove(slot)
+
+    def _dispatch(self, pending: deque, responses, ground_truths, results, bar) -> None:
+        for slot in self.slots:
+            if slot.state != "idle" or not pending:
+                continue
+            idx = pending.popleft()
+            try:
+                slot.conn.send((self.batch, idx, responses[idx], ground_truths[idx]))
+            except (OSError, ValueError, EOFError):  # the worker died between items: retry on a fresh one
+                pending.appendleft(idx)
+                self._restart(slot)
+                continue
+            except Exception as err:  # e.g. an unpicklable ground truth
+                logger.debug("cannot send item %d", idx, exc_info=True)
+                results[idx] = failed("error", f"cannot send item: {type(err).__name__}: {err}"[:300])
+                bar.update(1)
+                continue
+            slot.state, slot.item, slot.deadline = "busy", idx, time.monotonic() + self.timeout_s
+            slot.payload = (responses[idx], ground_truths[idx])
+
+    def _collect(self, results: list, bar) -> None:
+        """Wait for the first result, start-up message or deadline, and handle everything that is due."""
+        active = [s for s in self.slots if s.state in ("busy", "starting")]
+        if not active:
+            return
+        ready = wait([s.conn for s in active], timeout=max(0.0, min(s.deadline for s in active) - time.monotonic()))
+        for slot in active:
+            if slot.conn in ready or slot.conn.poll():
+                self._receive(slot, results, bar)
+            elif time.monotonic() >= slot.deadline:
+                self._expire(slot, results, bar)
+
+    def _receive(self, slot: _Slot, results: list, bar) -> None:
+        try:
+            msg = slot.conn.recv()
+        except (EOFError, OSError):
+            if slot.state == "starting":
+                raise RuntimeError(f"grader worker for {self.path} died during start-up") from None
+            results[slot.item] = failed("rejected_input", "grader worker died (memory limit?)")
+            bar.update(1)
+            self._restart(slot)
+            return
+        if slot.state == "starting":
+            slot.state = "idle"
+            return
+        batch, idx, result = msg
+        if batch != self.batch or slot.state != "busy" or idx != slot.item:
+            logger.warning("dropped a stale grader reply (batch %s, item %s)", batch, idx)
+            return
+        results[idx] = result
+        slot.state = "idle"
+        bar.update(1)
+
+    def _expire(self, slot: _Slot, results: list, bar) -> None:
+        if slot.state == "starting":
+            raise RuntimeError(f"grader worker for {self.path} did not start within {STARTUP_TIMEOUT_S}s")
+        results[slot.item] = timeout_result(self.path, *slot.payload, f"over {self.timeout_s}s")
+        bar.update(1)
+        self._restart(slot)
+
+    def _restart(self, slot: _Slot) -> None:
+        """Kill the worker and start its replacement without waiting for it (it reports "ready" later)."""
+        slot.kill()
+        self.slots[self.slots.index(slot)] = _Slot(self.ctx, self.path, self.memory_mb)
 
 
-def grade_batch(responses: list[str], ground_truths: list, reward_fn: str = "a5core.grader:r1_zero_reward_fn",
-                workers: int = 2, timeout_s: float = 5.0, progress: bool = False) -> list[dict]:
+def grade_batch(
+    responses: list[str],
+    ground_truths: list,
+    reward_fn: str = "a5core.grader:r1_zero_reward_fn",
+    workers: int = 2,
+    timeout_s: float = 5.0,
+    progress: bool = False,
+) -> list[dict]:
     """One-shot batch grading through a temporary `GraderPool`."""
     with GraderPool(reward_fn, workers=workers, timeout_s=timeout_s) as pool:
         return pool.map(responses, ground_truths, progress=progress)
+
+
+def _single_pool() -> GraderPool:
+    """The process-wide one-worker pool (a fresh one after a fork: pipes are not shared across processes)."""
+    if _single["pool"] is None or _single["pid"] != os.getpid():
+        _single["pool"], _single["pid"] = GraderPool(SINGLE_CALL_PATH, workers=1), os.getpid()
+    return _single["pool"]
+
+
+def close_single_pool() -> None:
+    """Stop the single-call worker (also run at interpreter exit)."""
+    with _single_lock:
+        if _single["pool"] is not None and _single["pid"] == os.getpid():
+            _single["pool"].close()
+        _single["pool"] = None
+
+
+atexit.register(close_single_pool)
+
+
+class _AlarmTimeout(BaseException):
+    """Raised by the SIGALRM handler; a BaseException, so grading code that catches Exception lets it through."""
+
+
+def _on_alarm(signum, frame) -> None:
+    raise _AlarmTimeout
+
+
+def _grade_inline_bounded(response, ground_truth, prompt: str) -> dict:
+    """grade_inline in a daemonic process (no children allowed): under SIGALRM on the main thread, else
+    unbounded after a one-time warning (see the module docstring)."""
+    global _warned_unbounded
+    from a5core.grader.reward import grade_inline
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        if not _warned_unbounded:
+            _warned_unbounded = True
+            logger.warning(
+                "grading inline without a time limit: a daemonic process off the main thread cannot "
+                "start a grader worker or set a SIGALRM timer"
+            )
+        return grade_inline(response, ground_truth, prompt).to_dict()
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    outer = signal.setitimer(signal.ITIMER_REAL, SINGLE_CALL_TIMEOUT_S)[0]
+    start = time.monotonic()
+    try:
+        try:
+            result = grade_inline(response, ground_truth, prompt).to_dict()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # an alarm before this line is caught just below
+    except _AlarmTimeout:
+        result = timeout_result(SINGLE_CALL_PATH, response, (ground_truth, prompt), f"over {SINGLE_CALL_TIMEOUT_S}s")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        if outer:  # an outer timer was running: give it back what is left of it
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, outer - (time.monotonic() - start)))
+    return result
+
+
+def bounded_grade(response, ground_truth, prompt: str) -> dict:
+    """grade_inline(...).to_dict() under SINGLE_CALL_TIMEOUT_S (see the module docstring)."""
+    if _in_worker:
+        from a5core.grader.reward import grade_inline
+
+        return grade_inline(response, ground_truth, prompt).to_dict()
+    if in_grader_worker():
+        return _grade_inline_bounded(response, ground_truth, prompt)
+    with _single_lock:
+        pool = _single_pool()
+        pool.timeout_s = SINGLE_CALL_TIMEOUT_S
+        try:
+            return pool.map([response], [(ground_truth, prompt)])[0]
+        except RuntimeError as err:  # the worker could not start: score 0 (never grade unbounded), retry next call
+            logger.warning("single-call grader worker failed: %s", err)
+            pool.close()
+            _single["pool"] = None
+            return failed("error", str(err)[:300])

@@ -1,23 +1,53 @@
-"""The verified reward: answer extraction, format checks, and the reward functions of the handout.
+"""The verified reward: the reward functions of the handout, `grade`, and ground-truth checks.
 
 `grade(response, ground_truth, prompt)` returns a `GradeResult` with everything the pipeline logs;
-`r1_zero_reward_fn` / `question_only_reward_fn` return the handout's three floats. Nothing here executes
-model text: answers are screened, normalized and parsed by `a5core.grader.parse` (no eval/sympify).
+`r1_zero_reward_fn` / `r1_zero_strict_reward_fn` / `question_only_reward_fn` return the handout's three
+floats. Every one of them is time-bounded: the grading itself (`grade_inline`) runs in a process-wide,
+killable grader worker (a5core.grader.pool.bounded_grade), or inline when the caller already is a grader
+worker; an item over the limit scores answer 0 with status `timeout` (its format reward is still computed,
+by the parent, for the built-in rules). Nothing here executes model text: answers
+are normalized, screened and parsed by our own code (a5core.grader.parse; no eval/sympify).
 """
+
 from __future__ import annotations
 
-import re
+import logging
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from a5core.grader.bounds import Rejected
 from a5core.grader.equivalence import answers_equal
-from a5core.grader.normalize import Rejected, normalize, screen
+from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS, boxed_contents, last_boxed
+from a5core.grader.normalize import compact, prepare
 from a5core.grader.parse import Unparsable
+from a5core.grader.pool import bounded_grade
 
-MAX_RESPONSE_CHARS = 50_000
-Status = Literal["correct", "wrong", "format_error", "multiple_answers", "no_answer", "unparsable", "timeout", "rejected_input", "custom"]
-_R1_FORMAT = re.compile(r"^(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*$", re.S)
-_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+logger = logging.getLogger(__name__)
+Status = Literal[
+    "correct",
+    "wrong",
+    "format_error",
+    "multiple_answers",
+    "no_answer",
+    "unparsable",
+    "timeout",
+    "rejected_input",
+    "custom",
+    "error",
+]
+__all__ = [
+    "EXTRACTORS",
+    "MAX_RESPONSE_CHARS",
+    "GradeResult",
+    "GroundTruthError",
+    "boxed_contents",
+    "check_ground_truth",
+    "grade",
+    "grade_inline",
+    "question_only_reward_fn",
+    "r1_zero_reward_fn",
+    "r1_zero_strict_reward_fn",
+]
 
 
 @dataclass(frozen=True)
@@ -40,58 +70,62 @@ class GradeResult:
         return asdict(self)
 
 
-def boxed_contents(text: str) -> list[str]:
-    """Contents of every `\\boxed{...}` / `\\fbox{...}` with balanced braces, in order."""
-    out, i = [], 0
-    while True:
-        m = re.compile(r"\\(?:boxed|fbox)\s*\{").search(text, i)
-        if not m:
-            return out
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        if depth:
-            return out  # unclosed box: ignore the rest
-        out.append(text[m.end() : j - 1].strip())
-        i = j
+class GroundTruthError(ValueError):
+    """A ground truth that cannot be normalized and screened; the message gives the reason."""
 
 
-def extract_r1_zero(response: str) -> tuple[bool, str | None, str]:
-    """(format ok, answer text or None, status if not ok). Exactly one well-formed answer block at the end."""
-    m = _R1_FORMAT.match(response)
-    if not m or response.count("</think>") != 1 or response.count("<answer>") != 1 or response.count("</answer>") != 1:
-        return False, None, "format_error"
-    body = m.group("answer")
-    if any(t in body for t in _TAGS) or "<think>" in m.group("think").split("</think>")[0][1:]:
-        return False, None, "format_error"
-    boxes = boxed_contents(body)
-    if len(set(b.replace(" ", "") for b in boxes)) > 1:
-        return True, body.strip(), "multiple_answers"
-    answer = boxes[0] if boxes else body.strip()
-    return True, (answer or None), "" if answer else "no_answer"
-
-
-def extract_question_only(response: str) -> tuple[bool, str | None, str]:
-    """The last `\\boxed{}` of the response, else its final number."""
-    boxes = boxed_contents(response)
-    if boxes:
-        return True, boxes[-1], ""
-    nums = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", response[-2000:])
-    return (True, nums[-1], "") if nums else (False, None, "no_answer")
-
-
-EXTRACTORS = {"r1_zero": extract_r1_zero, "question_only": extract_question_only}
+def check_ground_truth(gt: str) -> str:
+    """The normalized ground truth, or GroundTruthError with the reason (data preparation calls this to
+    fail on a bad row). Like the handout, a ground truth with `\\boxed{}` is graded by its last box."""
+    if isinstance(gt, (int, float)) and not isinstance(gt, bool):
+        gt = str(gt)
+    if not isinstance(gt, str):
+        raise GroundTruthError(f"ground truth must be a string or a number, got {type(gt).__name__}")
+    text = last_boxed(gt) if "\\boxed" in gt else gt
+    if text is None:
+        raise GroundTruthError(f"ground truth {gt[:80]!r}: \\boxed without a balanced {{...}}")
+    try:
+        norm = prepare(text)
+    except Rejected as err:
+        raise GroundTruthError(f"ground truth {gt[:80]!r}: {err}") from err
+    if not norm:
+        raise GroundTruthError(f"ground truth {gt[:80]!r} is empty after normalization")
+    return norm
 
 
 def _gt_candidates(ground_truth) -> list[str]:
     if isinstance(ground_truth, (list, tuple)):
         return [str(g) for g in ground_truth]
-    return [str(ground_truth)]
+    return [ground_truth if isinstance(ground_truth, str) else str(ground_truth)]
 
 
-def grade(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
-    """Grade one response against a ground truth (string, number or list of acceptable strings)."""
+def _prepared_gts(ground_truth) -> list[tuple[str, bool]]:
+    """(normalized ground truth, screened) per acceptable answer; an unscreenable one is matched by text only."""
+    out = []
+    for gt in _gt_candidates(ground_truth):
+        try:
+            out.append((check_ground_truth(gt), True))
+        except GroundTruthError:
+            out.append((gt.strip(), False))
+    return out
+
+
+def _match_any(pred: str, gts: list[tuple[str, bool]]) -> tuple[bool, Exception | None]:
+    """(any ground truth matches, the first error met on the way)."""
+    first_err: Exception | None = None
+    for g, screened in gts:
+        try:
+            if answers_equal(pred, g) if screened else compact(pred) == compact(g):
+                return True, None
+        except (Unparsable, Rejected) as err:
+            first_err = first_err or err
+        except Exception as err:  # sympy raises many types on odd input; none may escape a reward function
+            logger.debug("comparison failed", exc_info=True)
+            first_err = first_err or Unparsable(f"{type(err).__name__}: {err}"[:300])
+    return False, first_err
+
+
+def _grade(response: str, ground_truth, prompt: str) -> GradeResult:
     if len(response) > MAX_RESPONSE_CHARS:
         return GradeResult(0.0, 0.0, 0.0, "rejected_input", detail=f"response over {MAX_RESPONSE_CHARS} chars")
     fmt_ok, answer, status = EXTRACTORS[prompt](response)
@@ -99,32 +133,57 @@ def grade(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
     if not fmt_ok or answer is None or status:
         return GradeResult(fmt, 0.0, 0.0, status or "no_answer", extracted=answer)
     try:
-        pred = normalize(screen(answer))
+        pred = prepare(answer)
     except Rejected as err:
         return GradeResult(fmt, 0.0, 0.0, "rejected_input", extracted=answer[:200], detail=str(err))
-    norm_gts = []
-    for gt in _gt_candidates(ground_truth):
-        try:
-            norm_gts.append(normalize(screen(gt)))
-        except Rejected:
-            norm_gts.append(gt.strip())
+    if not pred:
+        return GradeResult(fmt, 0.0, 0.0, "no_answer", extracted=answer)
+    gts = _prepared_gts(ground_truth)
+    gt0 = gts[0][0] if gts else None
+    correct, err = _match_any(pred, gts)
+    if correct:
+        return GradeResult(fmt, 1.0, 1.0, "correct", answer, pred, gt0)
+    if err is not None:
+        status = "rejected_input" if isinstance(err, Rejected) else "unparsable"
+        return GradeResult(fmt, 0.0, 0.0, status, answer, pred, gt0, str(err)[:300])
+    return GradeResult(fmt, 0.0, 0.0, "wrong", answer, pred, gt0)
+
+
+def grade_inline(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
+    """Grade in this process, without a time bound; never raises on any response/ground truth.
+
+    Only for code already running under a bound (a grader worker); everyone else calls `grade`.
+    """
+    if not isinstance(response, str):
+        response = "" if response is None else str(response)
     try:
-        correct = any(answers_equal(pred, g) for g in norm_gts)
-    except Unparsable as err:
-        return GradeResult(fmt, 0.0, 0.0, "unparsable", answer, pred, norm_gts[0], str(err))
-    except Rejected as err:
-        return GradeResult(fmt, 0.0, 0.0, "rejected_input", answer, pred, norm_gts[0], str(err))
-    except (RecursionError, MemoryError, OverflowError, ValueError, TypeError, ZeroDivisionError, AttributeError) as err:
-        return GradeResult(fmt, 0.0, 0.0, "unparsable", answer, pred, norm_gts[0], f"{type(err).__name__}: {err}")
-    score = float(correct)
-    return GradeResult(fmt, score, score, "correct" if correct else "wrong", answer, pred, norm_gts[0])
+        return _grade(response, ground_truth, prompt)
+    except Exception as err:  # a reward function must return rewards, whatever the input
+        logger.debug("grading failed", exc_info=True)
+        return GradeResult(0.0, 0.0, 0.0, "error", detail=f"{type(err).__name__}: {err}"[:300])
+
+
+def grade(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
+    """Grade one response against a ground truth (string, number or list of acceptable strings).
+
+    `prompt` selects the extraction rule: "r1_zero" (handout), "r1_zero_strict" or "question_only".
+    Time-bounded (see the module docstring): an item over the limit returns status `timeout`, reward 0.
+    """
+    if prompt not in EXTRACTORS:
+        raise ValueError(f"unknown prompt {prompt!r}; choose one of {sorted(EXTRACTORS)}")
+    return GradeResult(**bounded_grade(response, ground_truth, prompt))
 
 
 def r1_zero_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
-    """Handout reward for the r1_zero prompt: format 1 needs `</think> <answer>...</answer>`; reward = answer."""
+    """The handout's reward for the r1_zero prompt (its format rule, exactly); `fast` is accepted and unused."""
     return grade(response, ground_truth, "r1_zero").rewards()
 
 
+def r1_zero_strict_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
+    """r1_zero with the strict anti-hack format rule (one answer block, nothing after it)."""
+    return grade(response, ground_truth, "r1_zero_strict").rewards()
+
+
 def question_only_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
-    """Reward for the question_only prompt: the last \\boxed{} (or final number) is the answer."""
+    """The handout's reward for the question_only prompt: the last \\boxed{} is the answer; none -> 0, 0, 0."""
     return grade(response, ground_truth, "question_only").rewards()

@@ -1,0 +1,212 @@
+"""A training run's history: the rows it logs, where they go, and what the console shows while it runs.
+
+`RunHistory` owns every row a loop logs ("train" per optimizer step, "eval" per evaluation, and sampled validation
+completions) and writes each one through, as it is logged, to:
+- dvclive (`<live>/plots/metrics/<kind>/<metric>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
+  `dvc plots`, the VS Code extension and DVC Studio read live;
+- `<logs>/<kind>.csv`, the whole rows, which the plots stage and the next EI round read;
+- TensorBoard event files in `<live>/tensorboard` when `logging.tracker: tensorboard` (offline);
+- the console: one line per `console_every` optimizer steps with loss, reward, accuracy so far, entropy, tokens/s, ETA.
+It is checkpointable (`state()` / `restore()`): a resumed run replays its rows into every sink, so its files equal an
+uninterrupted run's, and it counts optimizer steps itself (`optimizer_steps`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from pathlib import Path
+
+from a5core.artifacts import write_text
+from a5core.config import LoggingConfig
+
+CONSOLE_FIELDS = (  # (row key, label, format) of the console line, when the row has the key
+    ("loss", "loss", "{:.4f}"),
+    ("train_reward", "reward", "{:.3f}"),
+    ("lr", "lr", "{:.2e}"),
+    ("token_entropy", "entropy", "{:.3f}"),
+    ("mean_entropy", "entropy", "{:.3f}"),
+    ("grad_norm", "grad", "{:.3f}"),
+    ("tokens_per_s", "tok/s", "{:.0f}"),
+)
+
+
+# Row fields that are bookkeeping, not curves: kept in the CSV logs, not drawn as dvclive plots.
+NOT_PLOTTED = {
+    "n",
+    "n_questions",
+    "samples_per_question",
+    "grpo_step",
+    "epoch",
+    "accuracy_lo",
+    "accuracy_hi",
+    "format1_answer1",
+    "format1_answer0",
+    "format0_answer0",
+    "response_tokens",
+    "mean_response_tokens",
+    "response_length_correct",
+    "response_length_incorrect",
+    "train_format_reward",
+    "train_answer_reward",
+    "mean_length_correct",
+    "mean_length_incorrect",
+    "padding_fraction",
+}
+
+
+def _numeric(row: dict) -> dict:
+    return {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _flat(row: dict) -> dict:
+    return {k: v for k, v in row.items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+class RunHistory:
+    """See the module docstring. `name` prefixes console lines; `total_steps` gives the ETA."""
+
+    def __init__(
+        self,
+        live_dir: str | Path,
+        logs_dir: str | Path,
+        *,
+        name: str,
+        total_steps: int,
+        cfg: LoggingConfig | None = None,
+    ):
+        from dvclive import Live
+
+        self.cfg = cfg or LoggingConfig()
+        self.name, self.total_steps = name, total_steps
+        self.logs_dir = Path(logs_dir)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.rows: dict[str, list[dict]] = {"train": [], "eval": []}
+        self.completions: list[dict] = []
+        self.live = Live(dir=str(live_dir), dvcyaml=False, save_dvc_exp=False, report=None)
+        self.tb = None
+        if self.cfg.tracker == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(live_dir) / "tensorboard"))
+        self._clock: tuple[float, int] | None = None  # (time, step) when this process logged its first row
+
+    @property
+    def optimizer_steps(self) -> int:
+        return len(self.rows["train"])
+
+    def log(self, kind: str, row: dict, *, echo: bool = True) -> None:
+        """Record one row (it must have `step`, the optimizer step) and write it to every sink."""
+        row = _flat(row)
+        self.rows.setdefault(kind, []).append(row)
+        step = int(row["step"])
+        self.live.step = step
+        for key, value in _numeric(row).items():
+            if key != "step" and key not in NOT_PLOTTED:
+                self.live.log_metric(f"{kind}/{key}", value)
+                if self.tb is not None:
+                    self.tb.add_scalar(f"{kind}/{key}", value, step)
+        self.live.make_summary()
+        self._write_csv(kind)
+        if echo and kind == "train":
+            self._console(row)
+
+    def log_completions(self, step: int, samples: list[dict]) -> None:
+        """A sample of validation generations at one evaluation (prompt, response, reward, entropy, ...)."""
+        self.completions.extend({"step": step, **_flat(s)} for s in samples)
+        lines = "".join(json.dumps(c) + "\n" for c in self.completions)
+        write_text(lines, self.logs_dir / "completions.jsonl")
+
+    def last(self, kind: str, key: str):
+        """The latest value of `key` among `kind` rows, or None."""
+        for row in reversed(self.rows.get(kind, [])):
+            if key in row:
+                return row[key]
+        return None
+
+    def state(self) -> dict:
+        return {"rows": {k: list(v) for k, v in self.rows.items()}, "completions": list(self.completions)}
+
+    def restore(self, state: dict | None) -> None:
+        """Replay a checkpointed history into every sink (no console lines)."""
+        if not state:
+            return
+        for kind, rows in state["rows"].items():
+            for row in rows:
+                self.log(kind, row, echo=False)
+        if state["completions"]:
+            self.completions = []
+            steps = sorted({c["step"] for c in state["completions"]})
+            for step in steps:
+                self.log_completions(step, [c for c in state["completions"] if c["step"] == step])
+
+    def close(self) -> None:
+        self.live.end()
+        if self.tb is not None:
+            self.tb.close()
+
+    def __enter__(self) -> RunHistory:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _write_csv(self, kind: str) -> None:
+        write_csv(self.rows[kind], self.logs_dir / f"{kind}.csv")
+
+    def _console(self, row: dict) -> None:
+        step = int(row["step"])
+        now = time.monotonic()
+        if self._clock is None:
+            self._clock = (now, step - 1)
+        if step % self.cfg.console_every and step != self.total_steps:
+            return
+        t0, s0 = self._clock
+        per_step = (now - t0) / max(step - s0, 1)
+        parts = [f"[{self.name}] step {step}/{self.total_steps}"]
+        parts += [label + " " + fmt.format(row[key]) for key, label, fmt in CONSOLE_FIELDS if _finite(row.get(key))]
+        accuracy = self.last("eval", "accuracy")
+        if accuracy is not None:
+            parts.append(f"val acc {accuracy:.3f}")
+        parts.append(f"{per_step:.1f} s/step, ETA {_clock(per_step * (self.total_steps - step))}")
+        print(" | ".join(parts), flush=True)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def write_csv(rows: list[dict], path: str | Path) -> None:
+    """Rows as a CSV file (columns: every key, in first-seen order), written atomically."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(buf.getvalue(), path)
+
+
+def read_log(path: str | Path) -> list[dict]:
+    """The rows of a history CSV, numbers as int or float (other values stay strings); [] when there is no file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _number(v: str):
+    for tp in (int, float):
+        try:
+            return tp(v)
+        except (TypeError, ValueError):
+            pass
+    return v

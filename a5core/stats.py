@@ -1,0 +1,83 @@
+"""Confidence intervals for accuracies measured on a set of questions, and for paired differences between policies.
+
+Questions are the unit of sampling: the k samples of one question are correlated (they share its difficulty), so
+an interval treats each question's mean score as one observation.
+- One sample per question: the Wilson score interval of k successes in n questions (Wilson, 1927), which stays inside
+  [0, 1] and keeps its coverage at small n and near 0 or 1, where the normal approximation does not.
+- k > 1 samples per question: a percentile bootstrap over questions (resampling questions, each with its k scores).
+- A paired difference (after - before, on the same questions with the same sample seeds): a percentile bootstrap over
+  questions of the per-question differences. It is much narrower than comparing two independent intervals, because
+  most of the variance is which questions are hard, and that cancels within a question.
+The bootstrap is seeded, so the same scores always give the same interval. `min_detectable_difference` is the
+smallest paired difference a protocol resolves (a rough power calculation, used to document the protocols).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+N_BOOTSTRAP = 4000
+
+
+def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a proportion (successes may be fractional only through rounding; n >= 1)."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact ends: no rounding residue at 0/n or n/n
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return (lo, hi)
+
+
+def bootstrap_mean(values: list[float], seed: int = 0, n_boot: int = N_BOOTSTRAP) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of `values` (one value per question)."""
+    n = len(values)
+    if n == 0:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    return (means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1])
+
+
+def per_question(scores: list[tuple[str, float]]) -> dict[str, float]:
+    """Mean score per question from (unique_id, score) pairs, in first-seen order."""
+    sums: dict[str, list[float]] = {}
+    for uid, score in scores:
+        sums.setdefault(uid, []).append(score)
+    return {uid: sum(v) / len(v) for uid, v in sums.items()}
+
+
+def accuracy_interval(scores: dict[str, float], samples_per_question: int) -> tuple[float, float]:
+    """95% interval of the mean of per-question scores: Wilson for one sample per question, else the bootstrap."""
+    values = list(scores.values())
+    if samples_per_question == 1:
+        return wilson(sum(values), len(values))
+    return bootstrap_mean(values)
+
+
+def paired_difference(after: dict[str, float], before: dict[str, float], seed: int = 0) -> tuple[float, float, float]:
+    """(mean difference, 95% lo, 95% hi) of after - before over the questions both measured."""
+    common = [uid for uid in after if uid in before]
+    if not common:
+        raise ValueError("the two measurements share no question: a paired difference needs the same questions")
+    diffs = [after[uid] - before[uid] for uid in common]
+    lo, hi = bootstrap_mean(diffs, seed)
+    return (sum(diffs) / len(diffs), lo, hi)
+
+
+def min_detectable_difference(n_questions: int, samples: int, accuracy: float, z_power: float = 0.8416) -> float:
+    """Smallest paired accuracy difference found with 80% power by a two-sided 5% test, for a protocol of
+    `n_questions` questions x `samples` samples each at accuracy about `accuracy`.
+
+    The difference of one question's two mean scores has variance 2 * p_q (1 - p_q) / samples from sampling alone;
+    bounding p_q (1 - p_q) by p (1 - p) gives (z_0.975 + z_0.8) * sqrt(2 p (1 - p) / (samples * n)). Questions that
+    are always or never solved make the true figure smaller, and a change that helps some questions and hurts others
+    makes it larger: a planning figure, not a test.
+    """
+    p = min(max(accuracy, 1e-3), 1 - 1e-3)
+    return (Z95 + z_power) * math.sqrt(2 * p * (1 - p) / (samples * n_questions))

@@ -1,0 +1,59 @@
+"""`reports/summary.md`: every method's validation accuracy with its 95% interval, the paired change of every trained
+run from its starting policy, which changes the protocol resolves, and what it can and cannot resolve."""
+
+from __future__ import annotations
+
+from a5core.plots import Result
+from a5core.stats import min_detectable_difference
+
+
+def _acc(m: dict) -> str:
+    return f"{m['accuracy']:.3f} ({m['accuracy_lo']:.3f}–{m['accuracy_hi']:.3f})"
+
+
+def _delta(m: dict) -> str:
+    if "delta" not in m:
+        return "—"
+    mark = " **✓**" if m["delta_excludes_zero"] else ""
+    return f"{m['delta']:+.3f} ({m['delta_lo']:+.3f} to {m['delta_hi']:+.3f}){mark}"
+
+
+def protocol_text(results: list[Result]) -> list[str]:
+    """What the validation protocol is and the smallest paired change it resolves."""
+    m = next((r.metrics for r in results if r.method != "zero-shot"), results[0].metrics)
+    n, k = m["n_questions"], m["samples_per_question"]
+    levels = [0.1, 0.3, 0.5]
+    mde = ", ".join(f"{min_detectable_difference(n, k, p):.3f} at accuracy {p:.1f}" for p in levels)
+    return [
+        f"Protocol: {n} validation questions x {k} sample(s) each (avg@{k}), the same questions and per-request sample "
+        "seeds for every policy. Intervals are 95%: Wilson for one sample per question, otherwise a bootstrap over "
+        "questions; a change is the paired difference from the run's starting policy on the same questions, with a "
+        "bootstrap interval over questions. ✓ marks a change whose interval excludes zero.",
+        "",
+        f"Smallest paired change this protocol detects with 80% power (two-sided 5%): {mde}. Smaller true changes "
+        "can go unmarked; a change without ✓ is not evidence of no effect.",
+    ]
+
+
+def summary_markdown(results: list[Result], figures_rel: str, notes: list[str] | None = None) -> str:
+    lines = [
+        "# Summary",
+        "",
+        "Validation accuracy of every method and run (written by the `plots` stage).",
+        "",
+        *protocol_text(results),
+        "",
+    ]
+    lines += notes or []
+    lines += [
+        "| method | run | accuracy (95% CI) | change from start (95% CI) | starting accuracy | figure |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        start = f"{r.metrics['initial_accuracy']:.3f}" if "initial_accuracy" in r.metrics else "—"
+        run = f"{r.run} ({r.detail})" if r.detail else r.run
+        lines.append(
+            f"| {r.method} | {run} | {_acc(r.metrics)} | {_delta(r.metrics)} | {start} "
+            f"| [{r.figure}]({figures_rel}/{r.figure}) |"
+        )
+    return "\n".join(lines) + "\n"

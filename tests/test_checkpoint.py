@@ -1,0 +1,134 @@
+"""Checkpoints load with weights_only (a crafted file cannot run code), an unreadable one is moved aside, and a real
+stage process killed with SIGKILL mid-training resumes to bit-identical weights."""
+
+import hashlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from a5core.checkpoint import Checkpointer, clear_scratch
+from tests.test_smoke_dag import ok, scratch_repo
+
+
+class Payload:
+    def __init__(self, canary):
+        self.canary = canary
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.canary}",))
+
+
+def test_a_crafted_checkpoint_cannot_run_code(tmp_path, capsys):
+    canary = tmp_path / "pwned"
+    ck = Checkpointer(tmp_path / "run", "fp", 1)
+    (tmp_path / "run" / "state").mkdir()
+    with open(tmp_path / "run" / "state" / "state.pt", "wb") as f:
+        pickle.dump({"step": 3, "x": Payload(canary)}, f)
+    assert ck.load() is None and not canary.exists()
+    assert "could not be loaded" in capsys.readouterr().err
+    assert list((tmp_path / "run").glob("state.corrupt-*"))  # kept aside for inspection
+
+
+def test_a_truncated_checkpoint_is_moved_aside_and_the_run_restarts(tmp_path):
+    ck = Checkpointer(tmp_path, "fp", 1)
+    ck.save({"step": 2, "w": torch.ones(1000)})
+    assert ck.load()["step"] == 2
+    path = tmp_path / "state" / "state.pt"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert ck.load() is None and not (tmp_path / "state").exists()
+    ck.save({"step": 1})
+    assert ck.load() == {"step": 1} and not list(tmp_path.glob("state.corrupt-*"))  # a good state clears them
+
+
+def test_clear_scratch_leaves_no_empty_folders(tmp_path):
+    run = tmp_path / "repo" / "scratch" / "ei_G4" / "round_1"
+    Checkpointer(run / "sft", "fp", 1).save({"step": 1})
+    (tmp_path / "repo" / "scratch" / "other").mkdir()
+    clear_scratch(run)
+    assert not (tmp_path / "repo" / "scratch" / "ei_G4").exists() and (tmp_path / "repo" / "scratch" / "other").exists()
+    clear_scratch(tmp_path / "repo" / "scratch" / "other")
+    assert not (tmp_path / "repo" / "scratch").exists() and (tmp_path / "repo").exists()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sft_cmd(run: str, out: str) -> list[str]:
+    return [
+        sys.executable,
+        "stages/sft.py",
+        "--run",
+        "full",
+        "--model",
+        "models/base",
+        "--data",
+        "data/prepared/sft.parquet",
+        "--validation",
+        "data/prepared/validation.parquet",
+        "--initial",
+        "results/baseline/validation.json",
+        "--out",
+        f"models/{out}",
+        "--metrics",
+        f"results/{out}/metrics.json",
+        "--live",
+        f"results/{out}/live",
+        "--logs",
+        f"results/{out}/logs",
+        "--scratch",
+        f"scratch/{run}",
+        "--params",
+        "kill.yaml",
+    ]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
+    work, run = scratch_repo(tmp_path, "smoke")
+    ok(run("dvc", "repro", "baseline_eval"))
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["sft"].update(epochs=8, eval_every=0, checkpoint_every=1)  # 24 steps: time to kill in the middle
+    (work / "kill.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PYTHONPATH": str(work)}
+    ok(subprocess.run(_sft_cmd("ref", "ref"), cwd=work, env=env, capture_output=True, text=True))
+    proc = subprocess.Popen(
+        _sft_cmd("killed", "killed"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    log = work / "results" / "killed" / "logs" / "train.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 6):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)  # mid-training: after step 5, well before step 24
+    proc.wait()
+    state = work / "scratch" / "killed" / "state" / "state.pt"
+    assert state.exists(), "the killed run left no checkpoint"
+    killed_at = torch.load(state, weights_only=True)["step"]
+    assert 0 < killed_at < 24
+    ok(subprocess.run(_sft_cmd("killed", "killed"), cwd=work, env=env, capture_output=True, text=True))
+    ref, resumed = work / "models" / "ref" / "model.safetensors", work / "models" / "killed" / "model.safetensors"
+    assert _sha(resumed) == _sha(ref)
+    assert (work / "results" / "killed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
+    assert not (work / "scratch").exists()
+    # a checkpoint truncated as by a full disk: the run warns, restarts from scratch, and still ends identical
+    proc = subprocess.Popen(
+        _sft_cmd("trunc", "trunc"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    state = work / "scratch" / "trunc" / "state" / "state.pt"
+    while time.monotonic() < deadline and not state.exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state.write_bytes(state.read_bytes()[:1000])
+    r = subprocess.run(_sft_cmd("trunc", "trunc"), cwd=work, env=env, capture_output=True, text=True)
+    ok(r)
+    assert "could not be loaded" in r.stderr
+    assert _sha(work / "models" / "trunc" / "model.safetensors") == _sha(ref)

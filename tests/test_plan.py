@@ -1,0 +1,108 @@
+"""The memory and disk plans against hand-computed figures for Qwen2.5-Math-1.5B, and the data fetch tool's layout
+(through a stand-in for `datasets.load_dataset`: the hub is not reachable here)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from a5core import plan
+from a5core.config import GenerationConfig
+from a5core.data import adapters
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = plan.Arch.of(plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"])
+
+
+def test_qwen_parameter_count_by_hand():
+    # per layer: q 1536*1536+1536, k and v 1536*256+256 each, o 1536*1536, MLP 3*1536*8960, two norms 2*1536
+    layer = 1536 * 1536 + 1536 + 2 * (1536 * 256 + 256) + 1536 * 1536 + 3 * 1536 * 8960 + 2 * 1536
+    assert layer == 46_797_824
+    assert QWEN.parameters == 28 * layer + 151936 * 1536 + 1536 == 1_543_714_304  # tied embeddings
+
+
+def test_training_memory_by_hand():
+    m = plan.training_memory(QWEN, "bfloat16", micro_batch=2, seq_len=1324)
+    gb = 1024**3
+    assert m["weights"] == pytest.approx(1_543_714_304 * 2 / gb) and m["adamw_moments"] == pytest.approx(
+        2 * m["weights"]
+    )
+    per_token_layer = 8 * 1536 + 2 * 256 + 4 * 8960  # 48,640 values
+    assert m["activations"] == pytest.approx(2 * 1324 * 28 * per_token_layer * 2 / gb)  # 6.72 GB
+    assert m["logits"] == pytest.approx(2 * 1324 * 151936 * (2 + 8) / gb)  # 3.75 GB
+
+
+def _full(tmp_path, **edits):
+    params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
+    for key, value in edits.items():
+        section, field = key.split("__")
+        params[section][field] = value
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(params))
+    return p
+
+
+def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
+    lines, fits = plan.report(_full(tmp_path), 80, tmp_path / "no-model")
+    assert fits and "GPU 1 (vLLM engine)" in "\n".join(lines)
+    two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
+    assert two_gpu[0].total == pytest.approx(22.0, abs=0.1) and two_gpu[1].total == pytest.approx(68.0)
+    fp32 = _full(tmp_path, model__dtype="float32", generation__layout="one_gpu")
+    lines, fits = plan.report(fp32, 80, tmp_path / "no-model")
+    assert not fits and "Refused" in lines[-1]
+    r = subprocess.run(
+        [sys.executable, "-m", "a5core.plan", "--params", str(fp32), "--model-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1 and "DOES NOT FIT" in r.stdout
+    one_gpu = _full(tmp_path, generation__layout="one_gpu", generation__gpu_memory_utilization=0.3)
+    assert plan.report(one_gpu, 80, tmp_path / "no-model")[1]  # bf16, colocated with sleep mode and 30% for vLLM
+
+
+def test_disk_plan_counts_every_kept_model(tmp_path):
+    params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
+    disk = plan.disk_plan(params, QWEN, "bfloat16")
+    n = 1 + 6 + 5 * 5 + 11  # base, SFT runs, EI rounds x runs, GRPO runs
+    assert disk[f"models ({n} folders)"] == pytest.approx(n * 1_543_714_304 * 2 / 1024**3)
+    with pytest.raises(SystemExit, match="needs about"):
+        plan.check_free_disk(tmp_path, 1e9)
+
+
+def test_fetch_math_writes_the_handout_layout(tmp_path):
+    from tools import fetch_math
+
+    calls = []
+
+    def load_dataset(name, config, split, revision):
+        calls.append((name, config, split, revision))
+        if name == fetch_math.MATH[0]:
+            return [
+                {
+                    "problem": f"{config} {split} 1+1?",
+                    "solution": "So $\\boxed{2}$.",
+                    "type": config.title(),
+                    "level": "Level 1",
+                }
+            ]
+        return [
+            {
+                "problem": "What is 3+4?",
+                "answer": "7",
+                "uuid": "u1",
+                "correctness_math_verify": [False, True],
+                "generations": ["<think>bad</think> 8", "<think>\n3 + 4 = 7.\n</think>\n\nSo \\boxed{7}."],
+            }
+        ]
+
+    fetch_math.main(["--out", str(tmp_path)], load_dataset=load_dataset)
+    assert {c[3] for c in calls} == {fetch_math.MATH[1], fetch_math.TRACES[2]}  # pinned revisions
+    train = adapters.load_problems(f"jsonl:{tmp_path / 'train.jsonl'}")
+    assert len(train) == 7 and train[0]["answer"] == "2" and train[0]["subject"] == "Algebra"
+    sft = adapters.load_sft(f"jsonl:{tmp_path / 'sft.jsonl'}")
+    assert sft[0]["response"] == " 3 + 4 = 7. </think> <answer>7</answer>" and sft[0]["ground_truth"] == "7"
+    assert json.loads((tmp_path / "validation.jsonl").read_text().splitlines()[0])["unique_id"] == "test/algebra/0.json"

@@ -1,0 +1,75 @@
+"""Intervals against hand-computed cases, and the evaluation's per-question unit."""
+
+import math
+
+import pytest
+
+from a5core.config import EvalConfig
+from a5core.evaluation import evaluate_policy
+from a5core.stats import (
+    accuracy_interval,
+    bootstrap_mean,
+    min_detectable_difference,
+    paired_difference,
+    per_question,
+    wilson,
+)
+from tests.loop_fakes import ROWS, StubBackend, StubPool
+
+
+def test_wilson_matches_hand_computed_values():
+    # 5/10: centre (0.5 + 1.9208/10)/(1 + 3.8415/10) = 0.5; half = 1.96 sqrt(0.025 + 0.009604)/1.38415 = 0.26341
+    assert wilson(5, 10) == pytest.approx((0.236593, 0.763407), abs=1e-6)
+    # 0/48 (the zero-shot baseline here): upper bound 3.8415/(48 + 3.8415) = 0.074100
+    lo, hi = wilson(0, 48)
+    assert lo == 0.0 and hi == pytest.approx(3.841459 / 51.841459, abs=1e-6)
+    assert wilson(48, 48)[1] == 1.0 and wilson(48, 48)[0] == pytest.approx(1 - hi, abs=1e-9)
+
+
+def test_bootstrap_is_degenerate_where_it_must_be_and_close_to_normal_elsewhere():
+    assert bootstrap_mean([0.5] * 20) == (0.5, 0.5)
+    values = [i % 4 / 3 for i in range(400)]  # mean 0.5, sd ~0.3727
+    lo, hi = bootstrap_mean(values)
+    se = math.sqrt(sum((v - 0.5) ** 2 for v in values) / 399 / 400)
+    assert lo == pytest.approx(0.5 - 1.96 * se, abs=0.01) and hi == pytest.approx(0.5 + 1.96 * se, abs=0.01)
+    assert bootstrap_mean(values, seed=1) == bootstrap_mean(
+        values, seed=1
+    )  # seeded: the same scores, the same interval
+
+
+def test_paired_difference_cancels_question_difficulty():
+    before = {f"q{i}": float(i % 2) for i in range(40)}  # half the questions always solved
+    after = {**before, "q0": 1.0, "q2": 1.0, "q4": 1.0, "q6": 1.0}  # four more solved, nothing lost
+    diff, lo, hi = paired_difference(after, before)
+    assert diff == pytest.approx(0.1) and lo > 0 and hi <= 0.2
+    # the same change judged by two independent intervals overlaps: pairing is what resolves it
+    assert wilson(24, 40)[0] < wilson(20, 40)[1]
+    with pytest.raises(ValueError, match="share no question"):
+        paired_difference({"a": 1.0}, {"b": 1.0})
+
+
+def test_per_question_scores_and_accuracy_interval_choice():
+    scores = per_question([("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0)])
+    assert scores == {"a": 0.5, "b": 1.0}
+    assert accuracy_interval({"a": 1.0, "b": 0.0}, 1) == wilson(1, 2)
+    assert accuracy_interval(scores, 2) == bootstrap_mean([0.5, 1.0])
+
+
+def test_min_detectable_difference_by_hand():
+    # (1.96 + 0.8416) sqrt(2 * 0.25 / (1 * 100)) = 2.8016 * 0.070711 = 0.19810
+    assert min_detectable_difference(100, 1, 0.5) == pytest.approx(0.19810, abs=1e-4)
+    assert min_detectable_difference(100, 4, 0.5) == pytest.approx(0.19810 / 2, abs=1e-4)
+
+
+def test_evaluation_treats_questions_as_the_unit(tiny):
+    model, tok = tiny
+    backend = StubBackend(tok, [" good", " bad", " bad"])  # sample j of every prompt is texts[j % 3]
+    cfg = EvalConfig(samples_per_example=3, reward_fn="a5core.grader:r1_zero_reward_fn")
+    result = evaluate_policy(model, tok, backend, ROWS[:4], cfg, StubPool(), progress=False)
+    assert len(result.samples) == 12 and [s.sample_index for s in result.samples[:3]] == [0, 1, 2]
+    m = result.metrics
+    assert (m["n_questions"], m["samples_per_question"], m["n"]) == (4, 3, 12)
+    assert m["accuracy"] == pytest.approx(1 / 3) and result.per_question == {
+        f"q{i}": pytest.approx(1 / 3) for i in range(4)
+    }
+    assert m["accuracy_lo"] == m["accuracy_hi"] == pytest.approx(1 / 3)  # every question scores 1/3: no spread
