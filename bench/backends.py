@@ -3,7 +3,8 @@
 One process per backend (the engine changes process-wide torch settings), the same prompts and sampling settings as
 the default DAG's GRPO stage, measured inside one run of this script:
 - start: loading the policy, and for vLLM also importing and starting the engine;
-- weight sync: pushing the policy's weights into the engine and verifying them (hf: nothing to do);
+- weight sync: pushing the policy's weights into the engine and verifying them, the first time (hf: nothing to do),
+  and the reload alone, a second time;
 - rollouts: generated tokens per second over `--rounds` batches of `--prompts` prompts x `--n` samples;
 - training in the same process: seconds per GRPO optimizer step on those rollouts (the engine sets torch's threads
   and pins OpenMP, which can slow the policy's own training when both share a process).
@@ -14,6 +15,7 @@ the default DAG's GRPO stage, measured inside one run of this script:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -43,6 +45,10 @@ def measure(backend_name: str, model: str, prompts: int, n: int, rounds: int, ma
     t0 = time.monotonic()
     backend.sync_weights(policy)
     sync_s = time.monotonic() - t0
+    backend.cfg = dataclasses.replace(backend.cfg, verify_weight_sync=False) if hasattr(backend, "cfg") else None
+    t0 = time.monotonic()
+    backend.sync_weights(policy)  # the reload alone, after the first one warmed everything up
+    reload_s = time.monotonic() - t0
     questions = [build_prompt(f"Compute {17 + i} + {3 * i} \\times {i + 2}.") for i in range(prompts)]
     sampling = SamplingConfig(temperature=1.0, max_tokens=max_tokens, min_tokens=max_tokens, stop=(), n=n)
     tokens, gen_s, outs = 0, 0.0, []
@@ -89,6 +95,7 @@ def measure(backend_name: str, model: str, prompts: int, n: int, rounds: int, ma
         "backend": backend_name,
         "start_s": start_s,
         "weight_sync_s": sync_s,
+        "weight_reload_s": reload_s,
         "generated_tokens": tokens,
         "generation_s": gen_s,
         "tokens_per_s": tokens / gen_s,

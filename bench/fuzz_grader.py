@@ -16,11 +16,15 @@ import collections
 import json
 import logging
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from a5core.grader import GraderPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.hostile_inputs
+from tests.hostile_inputs import MACROS  # noqa: E402 -- importable once the root is on the path
 
 logger = logging.getLogger("fuzz_grader")
 
@@ -41,55 +45,6 @@ TOWERS = (
     "\\sin({a}^{{{b}^{c}}})",
     "{a}^{{{c}!}}",
     "\\exp(\\exp({c}))",
-)
-MACROS = (
-    "\\infty",
-    "\\exp",
-    "\\binom",
-    "\\Gamma",
-    "\\lfloor",
-    "\\rfloor",
-    "\\quad",
-    "\\text{",
-    "\\boxed{",
-    "\\frac",
-    "\\sqrt",
-    "\\ldots",
-    "\\pm",
-    "\\sum",
-    "\\log",
-    "\\sin",
-    "\\mathbb{R}",
-    "\\left(",
-    "\\right)",
-    "\\!",
-    "~",
-    "{",
-    "}",
-    "(",
-    ")",
-    "^",
-    "_",
-    "!",
-    "=",
-    ",",
-    " or ",
-    "9",
-    "0",
-    ".",
-    "x",
-    "-",
-    "/",
-    "\\\\",
-    "&",
-    "\\cup",
-    "²",
-    "₀",
-    "３",
-    "х",
-    "½",
-    "−",
-    "\u200b",
 )
 
 

@@ -6,16 +6,10 @@ from a5core.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.config import EvalConfig, GenerationConfig, ModelConfig, load_section
 from a5core.evaluation import evaluate_policy
 from a5core.generation import make_backend
-from a5core.grader import GraderPool
 from a5core.model_io import load_policy
-from a5core.pipeline import validation_protocol, validation_record, write_results
+from a5core.pipeline import grader_pool, validation_protocol, validation_record, write_results
 from a5core.records import GENERATION_SCHEMA
 from a5core.reports import eval_case_report
-
-
-def evaluate(policy, tokenizer, backend, rows, cfg: EvalConfig):
-    with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
-        return evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
 
 
 def main() -> None:
@@ -24,13 +18,19 @@ def main() -> None:
     val_cfg = load_section(EvalConfig, "validation", args.params)
     gen = load_section(GenerationConfig, "generation", args.params)
     rows = stage.rows(args.validation, ["unique_id", "problem", "answer"])
+    pool = grader_pool(cfg).start()  # its imports overlap the model load
     policy, tokenizer = load_policy(
         args.model, stage.setup_torch(cfg.seed), load_section(ModelConfig, "model", args.params).dtype
     )
     backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed)
-    result = evaluate(policy, tokenizer, backend, rows, cfg)
+    with pool:
+        result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
     # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.
-    base = result if val_cfg == cfg else evaluate(policy, tokenizer, backend, rows, val_cfg)
+    if val_cfg == cfg:
+        base = result
+    else:
+        with grader_pool(val_cfg) as val_pool:
+            base = evaluate_policy(policy, tokenizer, backend, rows, val_cfg, val_pool)
     write_json(validation_record(base, validation_protocol(val_cfg, args.validation)), args.initial)
     prov = provenance(
         "baseline_eval", {"eval": cfg, "generation": gen}, {"model": args.model, "validation": args.validation}

@@ -10,7 +10,7 @@ import sys
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.checkpoint import clear_scratch, fingerprint
-from a5core.config import load_run, load_section
+from a5core.config import EvalConfig, load_run, load_section
 from a5core.ei import EIConfig, ei_round, history_row
 from a5core.history import RunHistory, read_log, write_csv
 from a5core.pipeline import (
@@ -76,6 +76,9 @@ def main() -> None:
     rounds = _history(args)
     cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
     sft_cfg = load_section(SFTConfig, "sft", args.params)
+    pool = grader_pool(
+        load_section(EvalConfig, "validation", args.params)
+    ).start()  # its imports overlap the model load
     start = training_start(args, cfg.seed * 1000 + args.round)
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])
     inputs = {"model": args.model, "train": args.train, "validation": args.validation}
@@ -89,7 +92,7 @@ def main() -> None:
     protocol = validation_protocol(start.validation, args.validation)
     name = f"ei_round_{args.round}@{args.run}"
     history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging)
-    with history, grader_pool(start.validation) as pool:
+    with history, pool:
         validate = Validator(start, pool, subset_size=sft_cfg.eval_examples)
         initial = initial_validation(args.initial, protocol, validate, start.policy)
         rounds = rounds or [history_row(0, initial["metrics"])]  # round 0: the initial policy

@@ -3,7 +3,7 @@
 from a5core import stage
 from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
-from a5core.config import load_run
+from a5core.config import EvalConfig, load_run, load_section
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.history import RunHistory
 from a5core.pipeline import (
@@ -23,21 +23,20 @@ from a5core.prompts import REWARD_FNS
 def main() -> None:
     args = stage.args("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch")
     cfg = load_run(GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
+    # Each run is trained and validated with its own prompt and that prompt's reward; a run with the validation
+    # section's prompt is validated with the validation section's reward_fn (one pool when the two are the same).
+    validation = load_section(EvalConfig, "validation", args.params)
+    val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
+    pool = grader_pool(validation, REWARD_FNS[cfg.prompt]).start()  # its imports overlap the model load
+    vpool = pool if val_reward == REWARD_FNS[cfg.prompt] else grader_pool(validation, val_reward).start()
     start = training_start(args, cfg.seed)
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])
     inputs = {"model": args.model, "train": args.train, "validation": args.validation}
     params = {"grpo": cfg, "validation": start.validation, "model_dtype": start.policy.dtype}
     ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-    # Each run is trained and validated with its own prompt and that prompt's reward; a run with the validation
-    # section's prompt is validated with the validation section's reward_fn.
     protocol = validation_protocol(start.validation, args.validation, cfg.prompt)
-    val_reward = start.validation.reward_fn if cfg.prompt == start.validation.prompt else REWARD_FNS[cfg.prompt]
     history = RunHistory(args.live, args.logs, name=f"grpo@{args.run}", total_steps=0, cfg=start.logging)
-    with (
-        history,
-        grader_pool(start.validation, REWARD_FNS[cfg.prompt]) as pool,
-        grader_pool(start.validation, val_reward) as vpool,
-    ):
+    with history, pool, vpool:
         validate = Validator(start, vpool, subset_size=cfg.eval_examples, prompt=cfg.prompt)
         initial = initial_validation(args.model, protocol, validate, start.policy)
         summary = train_grpo(

@@ -3,7 +3,7 @@
 from a5core import stage
 from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
-from a5core.config import SFTRun, from_dict, load_section, read_params
+from a5core.config import EvalConfig, SFTRun, from_dict, load_section, read_params
 from a5core.history import RunHistory
 from a5core.pipeline import (
     Snapshots,
@@ -24,6 +24,9 @@ def main() -> None:
     args = stage.args("run", "model", "data", "validation", "initial", "out", "metrics", "live", "logs", "scratch")
     cfg = load_section(SFTConfig, "sft", args.params)
     run = from_dict(SFTRun, read_params(args.params)["sft_runs"][args.run] or {}, f"sft_runs.{args.run}")
+    pool = grader_pool(
+        load_section(EvalConfig, "validation", args.params)
+    ).start()  # its imports overlap the model load
     start = training_start(args, cfg.seed)
     rows = select_examples(stage.rows(args.data, ["unique_id", "prompt", "response"]), run.examples, cfg.seed)
     inputs = {"model": args.model, "data": args.data, "validation": args.validation}
@@ -31,7 +34,7 @@ def main() -> None:
     ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
     protocol = validation_protocol(start.validation, args.validation)
     history = RunHistory(args.live, args.logs, name=f"sft@{args.run}", total_steps=0, cfg=start.logging)
-    with history, grader_pool(start.validation) as pool:
+    with history, pool:
         validate = Validator(start, pool, subset_size=cfg.eval_examples)
         initial = initial_validation(args.initial, protocol, validate, start.policy)
         final = train_sft(

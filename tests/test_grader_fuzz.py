@@ -24,6 +24,7 @@ from a5core.grader import pool as pool_mod
 from a5core.grader.extract import boxed_contents, extract_question_only, extract_r1_zero, extract_r1_zero_strict
 from a5core.grader.normalize import normalize, screen
 from a5core.grader.parse import tokenize
+from tests.hostile_inputs import MACROS
 
 GRADER_DIR = pathlib.Path(__file__).resolve().parents[1] / "a5core" / "grader"
 CALL_LIMIT_S = pool_mod.SINGLE_CALL_TIMEOUT_S + 1.0  # the bound plus pipe transfer
@@ -98,60 +99,6 @@ DEEP = st.builds(
     st.sampled_from([")", "}", "]"]),
 )
 CONFUSABLES = "０１２３４５６７８９²³¹⁰⁴⁵⁶⁷⁸⁹⁻⁺₀₁₂₃ⁿ½¼аеорсухіΑΒΕοπ∞−×·√°…\u200b\u200e\u202e\u0301ℵ"
-MACROS = (
-    "\\infty",
-    "\\exp",
-    "\\binom",
-    "\\Gamma",
-    "\\lfloor",
-    "\\rfloor",
-    "\\quad",
-    "\\text{",
-    "\\boxed{",
-    "\\frac",
-    "\\sqrt",
-    "\\ldots",
-    "\\cdots",
-    "\\pm",
-    "\\sum",
-    "\\int",
-    "\\lim",
-    "\\log",
-    "\\sin",
-    "\\mathbb{R}",
-    "\\left(",
-    "\\right)",
-    "\\!",
-    "\\,",
-    "~",
-    "{",
-    "}",
-    "(",
-    ")",
-    "^",
-    "_",
-    "!",
-    "=",
-    ",",
-    " or ",
-    "9",
-    "99",
-    "0",
-    ".",
-    "x",
-    "e",
-    "-",
-    "/",
-    "\\\\",
-    "&",
-    "\\begin{pmatrix}",
-    "\\end{pmatrix}",
-    "\\dfrac",
-    "\\cup",
-    "%",
-    "\\$",
-    "$",
-)
 FRAGMENTS = st.one_of(st.sampled_from(MACROS), st.text(alphabet=CONFUSABLES, min_size=1, max_size=3), DIGITS)
 SOUP = st.lists(FRAGMENTS, min_size=1, max_size=40).map("".join)
 LONG = st.builds(

@@ -113,7 +113,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
-    r = run("dvc", "exp", "run", "-S", "grpo.learning_rate=3e-6")
+    r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.learning_rate=3e-6")  # the README's form
     ok(r)
     assert ran_stages(r) == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran_stages(
         r
@@ -132,3 +132,31 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     r = run("dvc", "exp", "run", "-S", "eval.max_tokens=12")
     ok(r)
     assert ran_stages(r) == {"baseline_eval", "plots"}, ran_stages(r)
+    check_readme_recipes(work, run)
+
+
+def check_readme_recipes(work: Path, run) -> None:
+    """The README's commands for comparing experiments, cleaning the cache and sharing models."""
+    r = run("dvc", "exp", "show", "--only-changed", "--csv")
+    ok(r)
+    assert "grpo.learning_rate" in r.stdout.splitlines()[0] and "eval.max_tokens" in r.stdout.splitlines()[0]
+    r = run(
+        "dvc",
+        "exp",
+        "show",
+        "--csv",
+        "--drop",
+        ".*",
+        "--keep",
+        "Experiment|grpo\\.learning_rate|results/grpo/.*accuracy",
+    )
+    ok(r)
+    assert len(r.stdout.splitlines()[0].split(",")) <= 12, r.stdout.splitlines()[0]
+    r = run("dvc", "metrics", "show")
+    ok(r)
+    assert max(len(line) for line in r.stdout.splitlines()) <= 200
+    ok(run("dvc", "gc", "--workspace", "--all-experiments", "-f"))
+    assert (work / "models" / "grpo_reinforce_baseline" / "model.safetensors").exists()
+    ok(run("dvc", "remote", "add", "-d", "store", str(work.parent / "remote")))
+    ok(run("dvc", "push"))
+    assert list((work.parent / "remote").rglob("*"))

@@ -1,8 +1,9 @@
 """The a5core modules each stage script can run, found from their import statements (the stages' DVC deps).
 
 `python -m tools.stage_deps` prints, for every script under stages/, the a5core paths its `deps:` in dvc.yaml must
-list (a package folder when every module in it is used); `--write` puts them into dvc.yaml. `python -m tools.stage_deps --ei-round K` prints the dvc.yaml
-block of Expert Iteration round K (chained to round K-1), to add a round. tests/test_dvc_deps.py checks that dvc.yaml
+list (a package folder when every module in it is used); `--write` puts them into dvc.yaml.
+`python -m tools.stage_deps --ei-round K` prints the dvc.yaml block of Expert Iteration round K (chained to round
+K-1), to add a round. tests/test_dvc_deps.py checks that dvc.yaml
 lists exactly these, so editing a module reruns the stages that use it and no others (narrow invalidation: a change
 to the plots reruns only the plots, a change to GRPO only the GRPO stages).
 Imports inside functions count (they run when the function does). Dynamic imports are not seen: the configured

@@ -226,8 +226,15 @@ class GraderPool:
         self.slots: list[_Slot] = []
         self.batch = 0  # id of the current `map`, carried by every request and reply
 
-    def __enter__(self) -> Self:
+    def start(self) -> Self:
+        """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
+        (loading a model, generating); `map` waits for the ones it needs."""
+        while len(self.slots) < self.n:
+            self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
         return self
+
+    def __enter__(self) -> Self:
+        return self.start()
 
     def __exit__(self, *exc) -> None:
         self.close()
