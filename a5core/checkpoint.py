@@ -52,7 +52,8 @@ class Checkpointer:
         self.folder.mkdir(parents=True, exist_ok=True)
         fp_file = self.folder / "fingerprint.txt"
         if not fp_file.exists() or fp_file.read_text() != fp:
-            shutil.rmtree(self.folder / "state", ignore_errors=True)
+            for name in ("state", "state.old", "state.tmp"):  # a state of other inputs or params is never resumed
+                shutil.rmtree(self.folder / name, ignore_errors=True)
             fp_file.write_text(fp)
 
     def load(self) -> dict | None:

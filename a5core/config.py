@@ -384,7 +384,7 @@ class LoggingConfig(Section):
     tracker: Literal["none", "tensorboard"] = "none"  # an extra tracker next to dvclive (TensorBoard: offline)
     console_every: Positive = 1  # print a line with loss, reward, accuracy, entropy, tokens/s and ETA every N steps
     completions: NonNegative = 8  # validation generations kept per evaluation (prompt, response, reward, entropy)
-    save_every: NonNegative = 0  # also save the policy as a loadable HF folder every N steps (0 = final only)
+    save_every: NonNegative = 0  # also save a loadable HF folder every N SFT / GRPO steps (0 = final only)
 
 
 @dataclass(frozen=True)

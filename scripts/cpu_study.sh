@@ -18,13 +18,15 @@ echo "dvc repro: $(( $(date +%s) - start )) s" | tee -a "$STUDY/study.log"
 mkdir -p "$ROOT/reports/cpu_study"
 rm -rf "$ROOT/reports/cpu_study/figures"
 cp -r reports/summary.md reports/figures "$ROOT/reports/cpu_study/"
-python - "$ROOT/reports/cpu_study/metrics.json" <<'PY'
+dvc metrics show --json > "$STUDY/metrics_shown.json"
+python - "$STUDY/metrics_shown.json" "$ROOT/reports/cpu_study/metrics.json" <<'PY'
+# Only the metrics this profile's dvc.yaml declares (the clone also holds the default profile's committed results).
 import json, pathlib, sys
+shown = json.loads(pathlib.Path(sys.argv[1]).read_text())
 out = {}
-for f in sorted(pathlib.Path("results").rglob("metrics.json")):
-    details = f.parent / "details.json"
-    if "/live/" not in str(f):
-        out[str(f.parent)] = {**json.loads(f.read_text()), **(json.loads(details.read_text()) if details.exists() else {})}
-pathlib.Path(sys.argv[1]).write_text(json.dumps(out, indent=1) + "\n")
+for path, entry in sorted(next(iter(shown.values()))["data"].items()):
+    details = pathlib.Path(path).parent / "details.json"
+    out[str(pathlib.Path(path).parent)] = {**entry["data"], **(json.loads(details.read_text()) if details.exists() else {})}
+pathlib.Path(sys.argv[2]).write_text(json.dumps(out, indent=1) + "\n")
 PY
 cp "$STUDY/study.log" "$ROOT/reports/cpu_study/study.log"

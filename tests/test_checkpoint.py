@@ -48,6 +48,15 @@ def test_a_truncated_checkpoint_is_moved_aside_and_the_run_restarts(tmp_path):
     assert ck.load() == {"step": 1} and not list(tmp_path.glob("state.corrupt-*"))  # a good state clears them
 
 
+def test_a_changed_fingerprint_resumes_from_nothing_left_over(tmp_path):
+    old = Checkpointer(tmp_path, "params A", every=1)
+    old.save({"step": 1})
+    (tmp_path / "state").rename(tmp_path / "state.old")  # as a kill between save()'s two renames leaves it
+    assert Checkpointer(tmp_path, "params A", every=1).load() == {"step": 1}
+    assert Checkpointer(tmp_path, "params B", every=1).load() is None
+    assert not (tmp_path / "state.old").exists()
+
+
 def test_clear_scratch_leaves_no_empty_folders(tmp_path):
     run = tmp_path / "repo" / "scratch" / "ei_G4" / "round_1"
     Checkpointer(run / "sft", "fp", 1).save({"step": 1})

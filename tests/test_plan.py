@@ -48,6 +48,8 @@ def _full(tmp_path, **edits):
 def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
     lines, fits = plan.report(_full(tmp_path), 80, tmp_path / "no-model")
     assert fits and "GPU 1 (vLLM engine)" in "\n".join(lines)
+    # the largest micro-batch: SFT, 2 traces of the prompt (300) + the longest kept trace (1,500 tokens)
+    assert plan.worst_case(yaml.safe_load(_full(tmp_path).read_text())) == (2, 1800)
     two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
     assert two_gpu[0].total == pytest.approx(22.0, abs=0.1) and two_gpu[1].total == pytest.approx(68.0)
     fp32 = _full(tmp_path, model__dtype="float32", generation__layout="one_gpu")
@@ -67,6 +69,7 @@ def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
 def test_disk_plan_counts_every_kept_model(tmp_path):
     params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
     disk = plan.disk_plan(params, QWEN, "bfloat16")
+    assert plan.ei_rounds() == 5  # counted from dvc.yaml's ei_round_<k> stages
     n = 1 + 6 + 5 * 5 + 11  # base, SFT runs, EI rounds x runs, GRPO runs
     assert disk[f"models ({n} folders)"] == pytest.approx(n * 1_543_714_304 * 2 / 1024**3)
     with pytest.raises(SystemExit, match="needs about"):

@@ -100,4 +100,20 @@ def test_console_prints_a_line_per_step_with_numbers(tiny, tmp_path, capsys):
     with DyingHistory(tmp_path) as history:
         train_sft(copy.deepcopy(model), tok, rows=ROWS, cfg=cfg, validate=StubValidator(), history=history)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[test] step")]
-    assert len(lines) == 2 and "loss " in lines[0] and "tok/s" in lines[0] and "ETA" in lines[0]
+    assert len(lines) == 2 and "loss " in lines[0] and "tok/s" in lines[0]
+    # the first step of a process starts the clock; the rate and ETA come from the steps after it
+    assert "ETA" not in lines[0] and "s/step, ETA 0:00:00" in lines[1]
+
+
+def test_console_rate_counts_the_steps_after_the_first(tmp_path, monkeypatch, capsys):
+    import a5core.history
+
+    now = [0.0]
+    monkeypatch.setattr(a5core.history.time, "monotonic", lambda: now[0])
+    with a5core.history.RunHistory(tmp_path / "live", tmp_path / "logs", name="t", total_steps=5) as history:
+        for step, end in ((1, 100.0), (2, 110.0), (3, 130.0)):  # steps 2 and 3 take 10 s and 20 s
+            now[0] = end
+            history.log("train", {"step": step, "loss": 0.5})
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[t] step")]
+    assert "s/step" not in lines[0]
+    assert lines[1].endswith("10.0 s/step, ETA 0:00:30") and lines[2].endswith("15.0 s/step, ETA 0:00:30")

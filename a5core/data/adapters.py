@@ -8,6 +8,7 @@ caps (MAX_FILE_BYTES, MAX_FIELD_CHARS). Schemas:
 - problems: unique_id, problem, answer, solution, subject, level, source
 - sft: unique_id, prompt, response, ground_truth (+ subject, level, source)
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,23 @@ import pyarrow.parquet as pq
 
 from a5core.grader.reward import boxed_contents
 
-PROBLEM_SCHEMA = pa.schema([(n, pa.string()) for n in ("unique_id", "problem", "answer", "solution", "subject", "level", "source")])
-SFT_SCHEMA = pa.schema([(n, pa.string()) for n in ("unique_id", "prompt", "response", "ground_truth", "subject", "level", "source")])
+PROBLEM_SCHEMA = pa.schema(
+    [(n, pa.string()) for n in ("unique_id", "problem", "answer", "solution", "subject", "level", "source")]
+)
+SFT_SCHEMA = pa.schema(
+    [(n, pa.string()) for n in ("unique_id", "prompt", "response", "ground_truth", "subject", "level", "source")]
+)
 
 
 MAX_FILE_BYTES = 2 * 1024**3  # a JSONL/Parquet data file
-MAX_FIELD_CHARS = {"problem": 20_000, "solution": 50_000, "answer": 1_000, "prompt": 50_000, "response": 200_000,
-                   "ground_truth": 1_000}
+MAX_FIELD_CHARS = {
+    "problem": 20_000,
+    "solution": 50_000,
+    "answer": 1_000,
+    "prompt": 50_000,
+    "response": 200_000,
+    "ground_truth": 1_000,
+}
 
 
 class DataError(ValueError):
@@ -36,7 +47,9 @@ def _check_file(path: Path) -> None:
     if not path.exists():
         raise DataError(f"{path}: no such file")
     if not path.is_file():
-        raise DataError(f"{path}: not a file (a {'folder' if path.is_dir() else 'special file'}); give the data file itself")
+        raise DataError(
+            f"{path}: not a file (a {'folder' if path.is_dir() else 'special file'}); give the data file itself"
+        )
     if path.stat().st_size > MAX_FILE_BYTES:
         raise DataError(f"{path}: {path.stat().st_size} bytes, over the {MAX_FILE_BYTES}-byte cap for a data file")
 
@@ -55,7 +68,9 @@ def read_records(spec: str) -> tuple[str, list[tuple[int, dict]]]:
         return rest, [(i + 1, r) for i, r in enumerate(table.to_pylist())]
     if kind == "hf":
         return rest, _read_hf(rest)
-    raise DataError(f"unknown data source {spec!r}: use synthetic, jsonl:<path>, parquet:<path> or hf:<name>[:<config>]:<split>")
+    raise DataError(
+        f"unknown data source {spec!r}: use synthetic, jsonl:<path>, parquet:<path> or hf:<name>[:<config>]:<split>"
+    )
 
 
 def _read_jsonl(path: Path):
@@ -65,7 +80,9 @@ def _read_jsonl(path: Path):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
+                raise DataError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start : e.start + 4]!r})"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -98,11 +115,15 @@ def _as_text(label: str, line: int, name: str, value, numbers: bool) -> str:
         text = str(value)
     elif numbers and isinstance(value, float):
         if not math.isfinite(value):
-            raise DataError(f"{label}:{line}: field {name!r} is {value!r}; an answer must be a finite number or a string")
+            raise DataError(
+                f"{label}:{line}: field {name!r} is {value!r}; an answer must be a finite number or a string"
+            )
         text = str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     else:
         kind = "a number or a string" if numbers else "a string"
-        raise DataError(f"{label}:{line}: field {name!r} must be {kind}, got {type(value).__name__} {str(value)[:60]!r}")
+        raise DataError(
+            f"{label}:{line}: field {name!r} must be {kind}, got {type(value).__name__} {str(value)[:60]!r}"
+        )
     cap = MAX_FIELD_CHARS.get(name)
     if cap and len(text) > cap:
         raise DataError(f"{label}:{line}: field {name!r} has {len(text)} characters, over its cap of {cap}")
@@ -141,9 +162,15 @@ def to_problem(label: str, line: int, rec: dict, source: str) -> dict:
         if "####" not in full:
             raise DataError(f"{label}:{line}: field 'answer' has no '#### <number>' final answer (GSM8K format)")
         answer = full.rsplit("####", 1)[1].strip().replace(",", "")
-        return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
-                "problem": _field(label, line, rec, "question"),
-                "answer": answer, "solution": full.rsplit("####", 1)[0].strip(), "subject": "gsm8k", "level": "", "source": source}
+        return {
+            "unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
+            "problem": _field(label, line, rec, "question"),
+            "answer": answer,
+            "solution": full.rsplit("####", 1)[0].strip(),
+            "subject": "gsm8k",
+            "level": "",
+            "source": source,
+        }
     problem = _field(label, line, rec, "problem")
     solution = _field(label, line, rec, "solution", required=False) or ""
     answer = _field(label, line, rec, "answer", required=False, numbers=True)
@@ -152,9 +179,15 @@ def to_problem(label: str, line: int, rec: dict, source: str) -> dict:
         if not boxes:
             raise DataError(f"{label}:{line}: empty field 'answer' and no \\boxed{{}} in 'solution'")
         answer = boxes[-1]
-    return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"), "problem": problem,
-            "answer": answer, "solution": solution, "subject": _meta(label, line, rec, "subject", "type"),
-            "level": _meta(label, line, rec, "level"), "source": source}
+    return {
+        "unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
+        "problem": problem,
+        "answer": answer,
+        "solution": solution,
+        "subject": _meta(label, line, rec, "subject", "type"),
+        "level": _meta(label, line, rec, "level"),
+        "source": source,
+    }
 
 
 def to_sft(label: str, line: int, rec: dict, source: str) -> dict:
@@ -166,11 +199,19 @@ def to_sft(label: str, line: int, rec: dict, source: str) -> dict:
         body = response.split("<answer>")[-1].split("</answer>")[0].strip() if "</answer>" in response else ""
         gt = boxes[-1] if boxes else body
     if not gt:
-        raise DataError(f"{label}:{line}: no ground truth: give a 'ground_truth' field (or a \\boxed{{}} or "
-                        "<answer>...</answer> in the response), so that traces can be filtered by correctness")
-    return {"unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
-            "prompt": _field(label, line, rec, "prompt"), "response": response, "ground_truth": gt,
-            "subject": _meta(label, line, rec, "subject"), "level": _meta(label, line, rec, "level"), "source": source}
+        raise DataError(
+            f"{label}:{line}: no ground truth: give a 'ground_truth' field (or a \\boxed{{}} or "
+            "<answer>...</answer> in the response), so that traces can be filtered by correctness"
+        )
+    return {
+        "unique_id": _meta(label, line, rec, "unique_id", default=f"{source}/{line:06d}"),
+        "prompt": _field(label, line, rec, "prompt"),
+        "response": response,
+        "ground_truth": gt,
+        "subject": _meta(label, line, rec, "subject"),
+        "level": _meta(label, line, rec, "level"),
+        "source": source,
+    }
 
 
 def check_unique_ids(label: str, rows: list[dict]) -> None:

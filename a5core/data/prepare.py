@@ -5,6 +5,7 @@ dropped. Training problems that also have an SFT trace stay in the EI/GRPO pool,
 of MATH train), unless `data.exclude_sft_problems`. Every ground truth must be gradable: one the grader cannot screen
 and normalize fails the stage with its row id, instead of silently never matching.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,15 @@ from a5core.prompts import build_prompt
 
 
 def _sft_row_from_synthetic(r: dict) -> dict:
-    return {"unique_id": r["unique_id"], "prompt": build_prompt(r["problem"], "r1_zero"), "response": r["response"],
-            "ground_truth": r["answer"], "subject": r["subject"], "level": r["level"], "source": r["source"]}
+    return {
+        "unique_id": r["unique_id"],
+        "prompt": build_prompt(r["problem"], "r1_zero"),
+        "response": r["response"],
+        "ground_truth": r["answer"],
+        "subject": r["subject"],
+        "level": r["level"],
+        "source": r["source"],
+    }
 
 
 def _problem_of_prompt(prompt: str) -> str:
@@ -29,7 +37,9 @@ def _problem_of_prompt(prompt: str) -> str:
 def prepare(cfg: DataConfig) -> tuple[dict[str, list[dict]], dict]:
     """Returns ({"train", "validation", "sft"} rows, a report of counts and removed overlaps)."""
     if cfg.source == "synthetic":
-        data = synthetic.generate(cfg.n_train, cfg.n_validation, cfg.n_sft, cfg.teacher_error_rate, cfg.seed, cfg.max_level)
+        data = synthetic.generate(
+            cfg.n_train, cfg.n_validation, cfg.n_sft, cfg.teacher_error_rate, cfg.seed, cfg.max_level
+        )
         train, validation = data["train"], data["validation"]
         sft = [_sft_row_from_synthetic(r) for r in data["sft"]]
     else:
@@ -66,17 +76,25 @@ def check_ground_truths(rows: list[dict], field: str, source: str) -> None:
         try:
             check_ground_truth(r[field])
         except ValueError as err:
-            raise adapters.DataError(f"{source}: row {r['unique_id']!r}: {field} {r[field]!r} cannot be graded ({err})") from None
+            raise adapters.DataError(
+                f"{source}: row {r['unique_id']!r}: {field} {r[field]!r} cannot be graded ({err})"
+            ) from None
 
 
-def drop_overlaps(train: list[dict], validation: list[dict], sft: list[dict], exclude_sft_problems: bool = False
-                  ) -> tuple[dict[str, list[dict]], dict]:
+def drop_overlaps(
+    train: list[dict], validation: list[dict], sft: list[dict], exclude_sft_problems: bool = False
+) -> tuple[dict[str, list[dict]], dict]:
     """Validation problems are removed from SFT and train; SFT problems from train only if `exclude_sft_problems`."""
     key = synthetic.normalize_problem
     val_keys = {key(r["problem"]) for r in validation}
     sft_kept = [r for r in sft if key(_problem_of_prompt(r["prompt"])) not in val_keys]
     sft_keys = {key(_problem_of_prompt(r["prompt"])) for r in sft_kept} if exclude_sft_problems else set()
     train_kept = [r for r in train if key(r["problem"]) not in val_keys | sft_keys]
-    report = {"train": len(train_kept), "validation": len(validation), "sft": len(sft_kept),
-              "removed_from_train": len(train) - len(train_kept), "removed_from_sft": len(sft) - len(sft_kept)}
+    report = {
+        "train": len(train_kept),
+        "validation": len(validation),
+        "sft": len(sft_kept),
+        "removed_from_train": len(train) - len(train_kept),
+        "removed_from_sft": len(sft) - len(sft_kept),
+    }
     return {"train": train_kept, "validation": validation, "sft": sft_kept}, report

@@ -6,6 +6,7 @@ r1_zero response format (`... </think> <answer>...</answer>`); with probability 
 contains one arithmetic slip whose wrong value is carried through every later step, so its final answer
 is wrong — as in real strong-model traces, which is what makes filtering matter.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,7 @@ class Problem:
 
 
 def _sums(rng, level, t: Trace):
-    terms = [rng.randint(1, 10 * level ** 2) for _ in range(level + 1)]
+    terms = [rng.randint(1, 10 * level**2) for _ in range(level + 1)]
     acc = Fraction(terms[0])
     for x in terms[1:]:
         acc = t.step(f"{fmt(acc)} + {x} = {{v}}.", acc + x)
@@ -135,7 +136,9 @@ def solution_text(p: Problem) -> str:
     return " ".join(p.trace_lines) + f" The answer is $\\boxed{{{p.answer}}}$."
 
 
-def generate(n_train: int, n_validation: int, n_sft: int, error_rate: float, seed: int, max_level: int = 5) -> dict[str, list[dict]]:
+def generate(
+    n_train: int, n_validation: int, n_sft: int, error_rate: float, seed: int, max_level: int = 5
+) -> dict[str, list[dict]]:
     """Disjoint splits by normalized problem text: MATH-shaped rows for train/validation, SFT trace rows."""
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -146,7 +149,9 @@ def generate(n_train: int, n_validation: int, n_sft: int, error_rate: float, see
         while True:
             attempts += 1
             if attempts > 50 * len(order) + 1000:
-                raise RuntimeError("synthetic generator ran out of unique problems; lower the counts or raise max_level")
+                raise RuntimeError(
+                    "synthetic generator ran out of unique problems; lower the counts or raise max_level"
+                )
             subject, level = rng.choice(SUBJECTS), rng.randint(1, max_level)
             truth, teacher = make_problem(rng, subject, level, error_rate if split == "sft" else 0.0)
             key = normalize_problem(truth.problem)
@@ -163,8 +168,15 @@ def normalize_problem(text: str) -> str:
 
 def _row(split: str, i: int, truth: Problem, teacher: Problem) -> dict:
     uid = f"synthetic/{split}/{truth.subject.lower().replace(' ', '_')}/{i:06d}"
-    base = {"unique_id": uid, "problem": truth.problem, "answer": truth.answer, "solution": solution_text(truth),
-            "subject": truth.subject, "level": f"Level {truth.level}", "source": "synthetic"}
+    base = {
+        "unique_id": uid,
+        "problem": truth.problem,
+        "answer": truth.answer,
+        "solution": solution_text(truth),
+        "subject": truth.subject,
+        "level": f"Level {truth.level}",
+        "source": "synthetic",
+    }
     if split != "sft":
         return base
     return {**base, "response": response_text(teacher), "teacher_answer": teacher.answer}
