@@ -121,6 +121,29 @@ def test_null_section_and_unsafe_run_names(tmp_path):
         assert "run name" in err and "becomes a path" in err, name
 
 
+def test_dvc_does_not_delete_outside_the_repo_for_a_traversing_run_name(tmp_path):
+    """The stages refuse such a name (above), but DVC prepares a stage's outputs before its command runs: with the
+    pinned DVC, a `grpo_runs` key that climbs out of the repo fails there, and the folder outside survives."""
+    repo, victim = tmp_path / "repo", tmp_path / "victim"
+    repo.mkdir()
+    victim.mkdir()
+    (victim / "file").write_text("keep")
+    (repo / "params.yaml").write_text('grpo_runs:\n  ok: {}\n  "x/../../../victim": {}\n')
+    (repo / "dvc.yaml").write_text(
+        "stages:\n  grpo:\n    foreach: ${grpo_runs}\n    do:\n"
+        '      cmd: mkdir -p "models/grpo_${key}" && touch "models/grpo_${key}/ran"\n'
+        '      outs: ["models/grpo_${key}"]\n'
+    )
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    for cmd in (["git", "init", "-q"], [dvc, "init", "-q"]):
+        subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
+    ok = subprocess.run([dvc, "repro", "-s", "grpo@ok"], cwd=repo, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # the setup itself is valid
+    r = subprocess.run([dvc, "repro", "-s", "grpo@x/../../../victim"], cwd=repo, capture_output=True, text=True)
+    assert r.returncode != 0 and (victim / "file").read_text() == "keep", r.stdout + r.stderr
+    assert not (victim / "ran").exists()  # DVC stopped before the command
+
+
 def test_duplicate_keys_are_rejected(tmp_path):
     p = tmp_path / "params.yaml"
     p.write_text("grpo:\n  learning_rate: 1.0e-5\n  learning_rate: 3.0e-5\n")
