@@ -161,7 +161,7 @@ def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> lis
     for s in range(0, len(rollouts), micro):
         idx = list(range(s, min(s + micro, len(rollouts))))
         b = _batch(rollouts, idx, device)
-        with autocast_context(device):
+        with autocast_context(policy):
             lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True)["log_probs"]  # (b, T)
         out.extend(lp[j].clone() for j in range(len(idx)))
     return out
@@ -178,7 +178,7 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
     for s in range(0, len(idx), cfg.micro_batch_size):
         mi = idx[s : s + cfg.micro_batch_size]
         b = _batch(rollouts, mi, device)
-        with autocast_context(device):
+        with autocast_context(policy):
             out = get_response_log_probs(
                 policy, b["input_ids"], b["labels"], return_token_entropy=True, share_prefix=True
             )

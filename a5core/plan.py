@@ -7,6 +7,9 @@ Memory, per device, for the policy's training step and the vLLM engine (`generat
   T x T scores kept): per token and layer about 8h + 2 kv + 4i values (norm inputs, q/k/v, attention output, the
   o_proj and MLP inputs, gate, up, their product; h hidden, kv the key/value width, i the MLP width) in the model
   dtype, plus the logits: b T V values in the compute dtype and two float32 copies (log-softmax and its gradient);
+- transients, 0.35 x (activations + logits): measured, not derived. On an H200 (torch 2.11, SDPA, bench/gpu_check.py,
+  reports/gpu_check.json) the peak memory of a bf16 step of Qwen2.5-Math-1.5B exceeded weights + gradients + moments
+  by 1.07-1.31x the two terms above, at micro-batches of 2 to 16 (entropy's float32 temporaries, the allocator);
 - the engine: gpu_memory_utilization x the card (weights and KV cache), on its own card (two_gpu) or on the policy's
   card while awake (one_gpu: it sleeps, releasing both, while the policy trains; the policy's weights and moments
   stay resident while it generates).
@@ -33,6 +36,7 @@ GB = 1024**3
 ROOT = Path(__file__).resolve().parents[1]
 BYTES = {"float32": 4, "bfloat16": 2}
 PROMPT_TOKENS = 300  # r1_zero template + a MATH problem, generously (p99 of MATH prompts is ~250 tokens)
+TRANSIENTS = 0.35  # see the module docstring: the measured peak over the formula, with a margin
 SFT_TRACE_TOKENS = 1500  # the longest SFT trace tools/fetch_math.py keeps (6,000 characters); SFT has no length cap
 # Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
 KNOWN = {
@@ -116,12 +120,15 @@ def training_memory(arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> d
     kv = arch.hidden // arch.heads * arch.kv_heads
     per_token_layer = 8 * arch.hidden + 2 * kv + 4 * arch.intermediate
     tokens = micro_batch * seq_len
+    activations = tokens * arch.layers * per_token_layer * b / GB
+    logits = tokens * arch.vocab * (b + 8) / GB
     return {
         "weights": p * b / GB,
         "gradients": p * b / GB,
         "adamw_moments": 2 * p * b / GB,
-        "activations": tokens * arch.layers * per_token_layer * b / GB,
-        "logits": tokens * arch.vocab * (b + 8) / GB,
+        "activations": activations,
+        "logits": logits,
+        "transients (measured)": TRANSIENTS * (activations + logits),
     }
 
 

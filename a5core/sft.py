@@ -81,7 +81,7 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
     for idx in groups:
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
-        with autocast_context(device):
+        with autocast_context(policy):
             out = get_response_log_probs(policy, ids, labels, return_token_entropy=True, share_prefix=True)
         if cfg.loss_normalization == "token_mean":
             loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))

@@ -176,3 +176,16 @@ def test_generation_entropies_equal_a_teacher_forced_pass(tiny):
     bare = [GradedSample(**{**s.__dict__, "token_entropies": None}) for s in samples]
     assert response_entropies(model, tok, bare) == pytest.approx(teacher_forced, abs=1e-6)
     assert response_entropies(model, tok, bare, limit=2)[2:] == [None, None]
+
+
+def test_autocast_only_for_float32_weights():
+    """bf16 weights get no autocast (it only adds casts; see autocast_context); float32 weights get it when asked."""
+    from a5core.generation.hf import autocast_context
+
+    fp32, bf16 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(torch.bfloat16)
+    with autocast_context(bf16, "bfloat16"):
+        assert not torch.is_autocast_enabled("cpu")
+    with autocast_context(fp32, "bfloat16"):
+        assert torch.is_autocast_enabled("cpu")
+    with autocast_context(fp32, "float32"):
+        assert not torch.is_autocast_enabled("cpu")

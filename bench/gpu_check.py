@@ -1,0 +1,243 @@
+"""The full profile's policy side on one CUDA GPU: Qwen2.5-Math-1.5B's architecture (random weights) in bf16.
+
+    python bench/gpu_check.py --tokenizer models/base --out gpu_check.json [--parts memory,steps] [--gen-tokens 128]
+
+Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `grpo.old_log_probs_for`,
+`HFBackend.generate`) with the full profile's settings (conf/profile/full.yaml), one part after another:
+- memory: peak GPU memory of one AdamW step at GRPO's worst-case micro-batch (2 x (300 + 1024) tokens) and SFT's
+  (2 x (300 + 1500)), next to what `a5core.plan` predicts for the policy's device;
+- profile: the busiest operators of a GRPO step over 8 rollouts, and the share of the step the GPU was busy;
+- steps: one GRPO optimizer step (256 rollouts = 32 questions x 8, micro-batch 2, on-policy; responses of 16-1024
+  tokens drawn with a fixed seed), the old-log-prob pass over those rollouts, one SFT step (32 examples of 200-1500);
+- generation: the hf backend's tokens/s (the path without vLLM), 32 prompts x 8 samples of `--gen-tokens` each;
+- sweep: one GRPO step over 64 rollouts at micro-batches 2, 8 and 16 with bf16 autocast, and 2 without.
+Random weights: time and memory depend on shapes, not values. The tokenizer only turns r1_zero prompts into ids; the
+model keeps Qwen's 151,936-token vocabulary. Each timing is one measurement after earlier parts have warmed up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import time
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from a5core import grpo, plan, sft  # noqa: E402
+from a5core.config import SamplingConfig, from_dict, load_yaml  # noqa: E402
+from a5core.generation.hf import HFBackend  # noqa: E402
+from a5core.model_io import attn_implementation  # noqa: E402
+from a5core.optim import make_optimizer, make_schedule  # noqa: E402
+from a5core.prompts import R1_ZERO  # noqa: E402
+from a5core.records import RolloutBatch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = "hf:Qwen/Qwen2.5-Math-1.5B"
+GB = 1024**3
+
+
+def build_model(arch: dict, device: torch.device):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(**arch, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16, attn_implementation=attn_implementation(device)
+        )
+    return model.train()
+
+
+def prompts(tokenizer, n: int) -> tuple[list[str], list[list[int]]]:
+    rows = [json.loads(line) for line in (ROOT / "tests/fixtures/math/validation.jsonl").read_text().splitlines()]
+    texts = [R1_ZERO.format(question=rows[i % len(rows)]["problem"]) for i in range(n)]
+    return texts, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def rollouts(prompt_ids: list[list[int]], lengths: list[int], vocab: int, group: int, seed: int) -> RolloutBatch:
+    g = torch.Generator().manual_seed(seed)
+    outs = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    rewards = torch.tensor([float(i % 2) for i in range(len(lengths))])  # (N,)
+    prompts_ = [prompt_ids[i // group] for i in range(len(lengths))]
+    return RolloutBatch(prompts_, outs, rewards, rewards - 0.5, pad_id=0)
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn) -> tuple[float, object]:
+    sync()
+    t0 = time.perf_counter()
+    out = fn()
+    sync()
+    return time.perf_counter() - t0, out
+
+
+def peak(fn) -> tuple[float, tuple[float, float] | None]:
+    """(seconds, (allocated, reserved) peak GB of the CUDA allocator) while `fn` runs; no GB without CUDA."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    seconds, _ = timed(fn)
+    if not torch.cuda.is_available():
+        return seconds, None
+    return seconds, (torch.cuda.max_memory_allocated() / GB, torch.cuda.max_memory_reserved() / GB)
+
+
+def memory(model, opt, arch: dict, gcfg, scfg, device) -> dict:
+    """Peak GB of one AdamW step at each worst-case micro-batch (distinct random prompts: no shared prefix), after a
+    short step has allocated AdamW's moments, as in every step of a run but the first."""
+    vocab = arch["vocab_size"]
+    g_len, s_len = plan.PROMPT_TOKENS + gcfg.max_tokens, plan.PROMPT_TOKENS + plan.SFT_TRACE_TOKENS
+    g = torch.Generator().manual_seed(1)
+    rnd = [torch.randint(0, vocab, (plan.PROMPT_TOKENS,), generator=g).tolist() for _ in range(2)]
+    grpo.optimizer_step(model, opt, gcfg, [0, 1], rollouts(rnd, [16, 16], vocab, 1, seed=3), device)  # warm-up
+    batch = rollouts(rnd, [gcfg.max_tokens] * 2, vocab, 1, seed=2)
+    out: dict = {"grpo_micro_batch": [2, g_len], "sft_micro_batch": [2, s_len]}
+    out["grpo_measured_gb"] = peak(partial(grpo.optimizer_step, model, opt, gcfg, [0, 1], batch, device))[1]
+    examples = [(rnd[i], (batch.output_ids[i] * 2)[: plan.SFT_TRACE_TOKENS]) for i in range(2)]
+    sched = make_schedule(opt, 10)
+    out["sft_measured_gb"] = peak(partial(sft.optimizer_step, model, opt, sched, examples, scfg, 0, device))[1]
+    for kind, length in (("grpo", g_len), ("sft", s_len)):
+        predicted = plan.training_memory(plan.Arch.of(arch), "bfloat16", 2, length)
+        out[f"{kind}_predicted_gb"] = sum(predicted.values())
+        out[f"{kind}_predicted_items_gb"] = predicted
+    return out
+
+
+def step_times(model, opt, gcfg, scfg, tokenizer, vocab: int, device) -> dict:
+    """One full optimizer step of each kind (the memory steps before it warmed the kernels and the allocator)."""
+    rng = random.Random(0)
+    _, ids = prompts(tokenizer, max(gcfg.rollout_batch_size // gcfg.group_size, scfg.batch_size))
+    out: dict = {"grpo_rollouts": gcfg.rollout_batch_size, "sft_examples": scfg.batch_size}
+    lengths = [rng.randint(16, gcfg.max_tokens) for _ in range(gcfg.rollout_batch_size)]
+    batch = rollouts(ids, lengths, vocab, gcfg.group_size, seed=0)
+    out["grpo_tokens"] = sum(lengths) + sum(len(p) for p in batch.prompt_ids)
+    out["grpo_step_s"], _ = timed(
+        partial(grpo.optimizer_step, model, opt, gcfg, list(range(len(batch))), batch, device)
+    )
+    out["old_log_probs_s"], _ = timed(partial(grpo.old_log_probs_for, model, batch, gcfg.micro_batch_size, device))
+    lengths = [rng.randint(200, plan.SFT_TRACE_TOKENS) for _ in range(scfg.batch_size)]
+    batch = rollouts(ids, lengths, vocab, 1, seed=10)
+    examples = list(zip(batch.prompt_ids, batch.output_ids))
+    out["sft_tokens"] = sum(len(p) + len(o) for p, o in examples)
+    out["sft_step_s"], _ = timed(
+        partial(sft.optimizer_step, model, opt, make_schedule(opt, 10), examples, scfg, 0, device)
+    )
+    return out
+
+
+def profile(model, opt, gcfg, tokenizer, vocab: int, device) -> dict:
+    """Where one GRPO optimizer step over 8 rollouts (4 micro-batches) spends its time: the busiest operators."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    _, ids = prompts(tokenizer, 1)
+    batch = rollouts(ids, [512] * 8, vocab, 8, seed=4)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        seconds, _ = timed(partial(grpo.optimizer_step, model, opt, gcfg, list(range(8)), batch, device))
+    events = prof.key_averages()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    busy = sum(getattr(e, key) for e in events) / 1e6
+    top = sorted(events, key=lambda e: -getattr(e, key))[:12]
+    rows = [f"{e.key[:60]}: {getattr(e, key) / 1e3:.1f} ms x{e.count}" for e in top]
+    return {"profile_step_s": seconds, "profile_busy_s": busy, "profile_top": rows}
+
+
+def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64) -> dict:
+    """Seconds and peak GB of GRPO optimizer steps over the same `rollouts_n` rollouts at micro-batches of 2 (the
+    handout's 256 / 128), 8 and 16, and at 2 without bf16 autocast (the weights are bf16 already)."""
+    rng = random.Random(5)
+    _, ids = prompts(tokenizer, rollouts_n // gcfg.group_size)
+    batch = rollouts(ids, [rng.randint(16, gcfg.max_tokens) for _ in range(rollouts_n)], vocab, gcfg.group_size, 6)
+    out = {"sweep_rollouts": rollouts_n}
+    grpo.optimizer_step(model, opt, gcfg, [0, 1], batch, device)  # warm-up when run alone (--parts sweep)
+    for micro, autocast in ((2, True), (8, True), (16, True), (2, False)):
+        if micro > gcfg.train_batch_size:
+            continue
+        cfg = replace(gcfg, gradient_accumulation_steps=gcfg.train_batch_size // micro)
+        step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
+        original = grpo.autocast_context  # forced on or off here, whatever the project's default
+        grpo.autocast_context = (
+            (lambda *a, **k: torch.autocast(device.type, dtype=torch.bfloat16))
+            if autocast
+            else (lambda *a, **k: contextlib.nullcontext())
+        )
+        try:
+            key = f"micro{micro}_autocast{int(autocast)}"
+            out[f"sweep_s_{key}"], out[f"sweep_gb_{key}"] = peak(step)
+        finally:
+            grpo.autocast_context = original
+    return out
+
+
+def generation(model, tokenizer, gen_batch: int, tokens: int) -> dict:
+    texts, _ = prompts(tokenizer, gen_batch // 8)
+    backend = HFBackend(model, tokenizer, batch_size=gen_batch)
+    sampling = SamplingConfig(max_tokens=tokens, min_tokens=tokens, n=8, seed=0)
+    backend.generate(texts[:4], SamplingConfig(max_tokens=8, min_tokens=8), progress=False)  # warm-up
+    seconds, out = timed(lambda: backend.generate(texts, sampling, progress=False))
+    n = sum(len(c.token_ids) for cs in out for c in cs)
+    return {"gen_samples": len(texts) * 8, "gen_tokens": n, "gen_s": seconds, "gen_tokens_per_s": n / seconds}
+
+
+def check(arch: dict, gcfg, scfg, tokenizer, device: torch.device, gen_tokens: int, parts: str = "all") -> dict:
+    """Every measurement above, printed as it completes; returns them as one flat dict."""
+    model = build_model(arch, device)
+    opt = make_optimizer(model, 1e-9, betas=tuple(gcfg.betas))
+    result = {
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "attn_implementation": attn_implementation(device),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "plan_parameters": plan.Arch.of(arch).parameters,
+    }
+    for name, part in (
+        ("memory", lambda: memory(model, opt, arch, gcfg, scfg, device)),
+        ("profile", lambda: profile(model, opt, gcfg, tokenizer, arch["vocab_size"], device)),
+        ("steps", lambda: step_times(model, opt, gcfg, scfg, tokenizer, arch["vocab_size"], device)),
+        ("generation", lambda: generation(model, tokenizer, gcfg.rollout_batch_size, gen_tokens)),
+        ("sweep", lambda: sweep(model, opt, gcfg, tokenizer, arch["vocab_size"], device)),
+    ):
+        if parts != "all" and name not in parts.split(","):
+            continue
+        t0 = time.perf_counter()
+        result.update(part())
+        print(f"{name} done in {time.perf_counter() - t0:.1f} s: {json.dumps(result, default=str)}", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", default="models/base", help="a folder with a tokenizer (any)")
+    parser.add_argument("--out", default="reports/gpu_check.json")
+    parser.add_argument("--gen-tokens", type=int, default=128)
+    parser.add_argument("--parts", default="all", help="comma-separated: memory,profile,steps,generation,sweep")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit(
+            "gpu_check: no CUDA device; this bench measures the GPU path (the CPU path is bench/sft_throughput.py)"
+        )
+    from transformers import AutoTokenizer
+
+    profile = load_yaml((ROOT / "conf/profile/full.yaml").read_text())
+    gcfg = from_dict(grpo.GRPOConfig, profile["grpo"], "grpo")
+    scfg = from_dict(sft.SFTConfig, profile["sft"], "sft")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    result = check(plan.KNOWN[SOURCE], gcfg, scfg, tokenizer, torch.device("cuda:0"), args.gen_tokens, args.parts)
+    result["card_gb"] = torch.cuda.get_device_properties(0).total_memory / GB
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
