@@ -8,8 +8,10 @@ Memory, per device, for the policy's training step and the vLLM engine (`generat
   o_proj and MLP inputs, gate, up, their product; h hidden, kv the key/value width, i the MLP width) in the model
   dtype, plus the logits: b T V values in the compute dtype and two float32 copies (log-softmax and its gradient);
 - transients, 0.35 x (activations + logits): measured, not derived. On an H200 (torch 2.11, SDPA, bench/gpu_check.py,
-  reports/gpu_check.json) the peak memory of a bf16 step of Qwen2.5-Math-1.5B exceeded weights + gradients + moments
-  by 1.07-1.31x the two terms above, at micro-batches of 2 to 16 (entropy's float32 temporaries, the allocator);
+  reports/gpu_check.json) the peak allocated memory of a bf16 step of Qwen2.5-Math-1.5B exceeded weights + gradients
+  + moments by 1.07-1.31x the two terms above, at micro-batches of 2 to 16 (entropy's float32 temporaries, among
+  others). The plan covers allocated memory: the allocator's cache can reserve more (33.0 GB against 27.6 allocated
+  at SFT's micro-batch; PyTorch documents `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against fragmentation);
 - the engine: gpu_memory_utilization x the card (weights and KV cache), on its own card (two_gpu) or on the policy's
   card while awake (one_gpu: it sleeps, releasing both, while the policy trains; the policy's weights and moments
   stay resident while it generates).

@@ -1,18 +1,21 @@
 """The full profile's policy side on one CUDA GPU: Qwen2.5-Math-1.5B's architecture (random weights) in bf16.
 
-    python bench/gpu_check.py --tokenizer models/base --out gpu_check.json [--parts memory,steps] [--gen-tokens 128]
+    python bench/gpu_check.py --tokenizer models/base [--out gpu_check.json] [--parts memory,sweep] [--gen-tokens 128]
 
 Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `grpo.old_log_probs_for`,
 `HFBackend.generate`) with the full profile's settings (conf/profile/full.yaml), one part after another:
 - memory: peak GPU memory of one AdamW step at GRPO's worst-case micro-batch (2 x (300 + 1024) tokens) and SFT's
   (2 x (300 + 1500)), next to what `a5core.plan` predicts for the policy's device;
-- profile: the busiest operators of a GRPO step over 8 rollouts, and the share of the step the GPU was busy;
+- profile: a GRPO step over 8 rollouts under torch's profiler: the GPU's busy time (kernels only), the busiest
+  kernels and the operators with the most CPU time;
 - steps: one GRPO optimizer step (256 rollouts = 32 questions x 8, micro-batch 2, on-policy; responses of 16-1024
   tokens drawn with a fixed seed), the old-log-prob pass over those rollouts, one SFT step (32 examples of 200-1500);
 - generation: the hf backend's tokens/s (the path without vLLM), 32 prompts x 8 samples of `--gen-tokens` each;
-- sweep: one GRPO step over 64 rollouts at micro-batches 2, 8 and 16 with bf16 autocast, and 2 without.
+- sweep: GRPO steps over 64 rollouts at micro-batches 2, 8 and 16 with bf16 autocast, and 2 without (see `sweep`).
 Random weights: time and memory depend on shapes, not values. The tokenizer only turns r1_zero prompts into ids; the
-model keeps Qwen's 151,936-token vocabulary. Each timing is one measurement after earlier parts have warmed up.
+model keeps Qwen's 151,936-token vocabulary. Outside the sweep, each timing is one measurement after the earlier
+parts have warmed up. The settings are conf/profile/full.yaml's and the architecture is Qwen2.5-Math-1.5B's, not
+your params.yaml's: for your own overrides, read the plan (`python -m a5core.plan`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from a5core import grpo, plan, sft  # noqa: E402
 from a5core.config import SamplingConfig, from_dict, load_yaml  # noqa: E402
 from a5core.generation.hf import HFBackend  # noqa: E402
+from a5core.logprobs import get_response_log_probs  # noqa: E402
 from a5core.model_io import attn_implementation  # noqa: E402
 from a5core.optim import make_optimizer, make_schedule  # noqa: E402
 from a5core.prompts import R1_ZERO  # noqa: E402
 from a5core.records import RolloutBatch  # noqa: E402
+from a5core.tokenization import tokenize_ids  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "hf:Qwen/Qwen2.5-Math-1.5B"
@@ -85,6 +90,7 @@ def timed(fn) -> tuple[float, object]:
 def peak(fn) -> tuple[float, tuple[float, float] | None]:
     """(seconds, (allocated, reserved) peak GB of the CUDA allocator) while `fn` runs; no GB without CUDA."""
     if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # so that "reserved" is this step's, not blocks cached by earlier parts
         torch.cuda.reset_peak_memory_stats()
     seconds, _ = timed(fn)
     if not torch.cuda.is_available():
@@ -136,7 +142,9 @@ def step_times(model, opt, gcfg, scfg, tokenizer, vocab: int, device) -> dict:
 
 
 def profile(model, opt, gcfg, tokenizer, vocab: int, device) -> dict:
-    """Where one GRPO optimizer step over 8 rollouts (4 micro-batches) spends its time: the busiest operators."""
+    """Where one GRPO optimizer step over 8 rollouts (4 micro-batches) spends its time: the GPU's busy seconds (kernel
+    rows only; an operator's row repeats its kernels' time), the busiest kernels, the operators with most CPU time."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -146,37 +154,61 @@ def profile(model, opt, gcfg, tokenizer, vocab: int, device) -> dict:
     with torch_profile(activities=activities) as prof:
         seconds, _ = timed(partial(grpo.optimizer_step, model, opt, gcfg, list(range(8)), batch, device))
     events = prof.key_averages()
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    busy = sum(getattr(e, key) for e in events) / 1e6
-    top = sorted(events, key=lambda e: -getattr(e, key))[:12]
-    rows = [f"{e.key[:60]}: {getattr(e, key) / 1e3:.1f} ms x{e.count}" for e in top]
-    return {"profile_step_s": seconds, "profile_busy_s": busy, "profile_top": rows}
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e6  # kernels only: an operator's row repeats them
+    by_gpu = sorted(kernels, key=lambda e: -e.self_device_time_total)[:8]
+    by_cpu = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
+    return {
+        "profile_step_s": seconds,
+        "profile_gpu_busy_s": busy,
+        "profile_top_gpu": [f"{e.key[:60]}: {e.self_device_time_total / 1e3:.1f} ms x{e.count}" for e in by_gpu],
+        "profile_top_cpu": [f"{e.key[:60]}: {e.self_cpu_time_total / 1e3:.1f} ms x{e.count}" for e in by_cpu],
+        "profile_operator_calls": sum(e.count for e in events if e.device_type == DeviceType.CPU),
+    }
 
 
-def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64) -> dict:
-    """Seconds and peak GB of GRPO optimizer steps over the same `rollouts_n` rollouts at micro-batches of 2 (the
-    handout's 256 / 128), 8 and 16, and at 2 without bf16 autocast (the weights are bf16 already)."""
+def _forced_autocast(on: bool, device):
+    """grpo's autocast context forced on or off, whatever the project's default for these weights."""
+    return (
+        (lambda *a, **k: torch.autocast(device.type, dtype=torch.bfloat16))
+        if on
+        else (lambda *a, **k: contextlib.nullcontext())
+    )
+
+
+def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64, repeats: int = 3) -> dict:
+    """GRPO optimizer steps over the same `rollouts_n` rollouts at micro-batches of 2 (the handout's 256 / 128), 8 and
+    16 with bf16 autocast, and at 2 without: one untimed pass of each first (attention backends build a plan per new
+    shape), then `repeats` interleaved timed rounds; the fastest time and the peak GB of each, and the largest
+    difference autocast makes to one micro-batch's log-probs."""
     rng = random.Random(5)
     _, ids = prompts(tokenizer, rollouts_n // gcfg.group_size)
     batch = rollouts(ids, [rng.randint(16, gcfg.max_tokens) for _ in range(rollouts_n)], vocab, gcfg.group_size, 6)
-    out = {"sweep_rollouts": rollouts_n}
-    grpo.optimizer_step(model, opt, gcfg, [0, 1], batch, device)  # warm-up when run alone (--parts sweep)
-    for micro, autocast in ((2, True), (8, True), (16, True), (2, False)):
-        if micro > gcfg.train_batch_size:
-            continue
-        cfg = replace(gcfg, gradient_accumulation_steps=gcfg.train_batch_size // micro)
-        step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
-        original = grpo.autocast_context  # forced on or off here, whatever the project's default
-        grpo.autocast_context = (
-            (lambda *a, **k: torch.autocast(device.type, dtype=torch.bfloat16))
-            if autocast
-            else (lambda *a, **k: contextlib.nullcontext())
-        )
-        try:
-            key = f"micro{micro}_autocast{int(autocast)}"
-            out[f"sweep_s_{key}"], out[f"sweep_gb_{key}"] = peak(step)
-        finally:
-            grpo.autocast_context = original
+    out: dict = {
+        "sweep_rollouts": rollouts_n,
+        "sweep_longest_tokens": max(len(p) + len(o) for p, o in zip(batch.prompt_ids, batch.output_ids)),
+    }
+    configs = [(m, a) for m, a in ((2, True), (8, True), (16, True), (2, False)) if m <= gcfg.train_batch_size]
+    original = grpo.autocast_context
+    try:
+        for rep in range(repeats + 1):
+            for micro, autocast in configs:
+                cfg = replace(gcfg, gradient_accumulation_steps=gcfg.train_batch_size // micro)
+                grpo.autocast_context = _forced_autocast(autocast, device)
+                seconds, gb = peak(
+                    partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
+                )
+                key = f"micro{micro}_autocast{int(autocast)}"
+                if rep > 0 and seconds < out.get(f"sweep_s_{key}", float("inf")):
+                    out[f"sweep_s_{key}"], out[f"sweep_gb_{key}"] = seconds, gb
+        b = {k: v.to(device) for k, v in tokenize_ids(batch.prompt_ids[:2], batch.output_ids[:2], 0).items()}
+        lp = []
+        for autocast in (True, False):
+            with torch.no_grad(), _forced_autocast(autocast, device)():
+                lp.append(get_response_log_probs(model, b["input_ids"], b["labels"])["log_probs"])  # (2, T)
+        out["sweep_logprob_max_abs_diff"] = float(((lp[0] - lp[1]).abs() * b["response_mask"]).max())
+    finally:
+        grpo.autocast_context = original
     return out
 
 
@@ -190,7 +222,16 @@ def generation(model, tokenizer, gen_batch: int, tokens: int) -> dict:
     return {"gen_samples": len(texts) * 8, "gen_tokens": n, "gen_s": seconds, "gen_tokens_per_s": n / seconds}
 
 
-def check(arch: dict, gcfg, scfg, tokenizer, device: torch.device, gen_tokens: int, parts: str = "all") -> dict:
+def check(
+    arch: dict,
+    gcfg,
+    scfg,
+    tokenizer,
+    device: torch.device,
+    gen_tokens: int,
+    parts: str = "all",
+    sweep_rollouts: int = 64,
+) -> dict:
     """Every measurement above, printed as it completes; returns them as one flat dict."""
     model = build_model(arch, device)
     opt = make_optimizer(model, 1e-9, betas=tuple(gcfg.betas))
@@ -206,7 +247,7 @@ def check(arch: dict, gcfg, scfg, tokenizer, device: torch.device, gen_tokens: i
         ("profile", lambda: profile(model, opt, gcfg, tokenizer, arch["vocab_size"], device)),
         ("steps", lambda: step_times(model, opt, gcfg, scfg, tokenizer, arch["vocab_size"], device)),
         ("generation", lambda: generation(model, tokenizer, gcfg.rollout_batch_size, gen_tokens)),
-        ("sweep", lambda: sweep(model, opt, gcfg, tokenizer, arch["vocab_size"], device)),
+        ("sweep", lambda: sweep(model, opt, gcfg, tokenizer, arch["vocab_size"], device, sweep_rollouts)),
     ):
         if parts != "all" and name not in parts.split(","):
             continue
@@ -219,7 +260,7 @@ def check(arch: dict, gcfg, scfg, tokenizer, device: torch.device, gen_tokens: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default="models/base", help="a folder with a tokenizer (any)")
-    parser.add_argument("--out", default="reports/gpu_check.json")
+    parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--gen-tokens", type=int, default=128)
     parser.add_argument("--parts", default="all", help="comma-separated: memory,profile,steps,generation,sweep")
     args = parser.parse_args()

@@ -189,3 +189,16 @@ def test_autocast_only_for_float32_weights():
         assert torch.is_autocast_enabled("cpu")
     with autocast_context(fp32, "float32"):
         assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.parametrize("fast_bf16", [False, True])
+def test_autocast_auto_follows_the_cpu_for_float32_weights(monkeypatch, fast_bf16):
+    """The CPU default ("auto", float32 weights): autocast exactly where the CPU has native bf16, as before."""
+    from a5core.generation import hf
+
+    monkeypatch.setattr(hf, "cpu_has_fast_bf16", lambda: fast_bf16)
+    with hf.autocast_context(torch.nn.Linear(2, 2)):
+        assert torch.is_autocast_enabled("cpu") is fast_bf16
+    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
+    with hf.autocast_context(mixed):
+        assert torch.is_autocast_enabled("cpu") is fast_bf16

@@ -2,9 +2,9 @@
 
 A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
-little; stop strings end a sequence and are kept in the text; bf16 autocast is used where the CPU has
-native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the policy
-object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
+little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast on CUDA and where
+the CPU has native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the
+policy object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
 distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
 
 As on vLLM: `token_ids` are exactly the sampled ids (the token that completed a stop string and a sampled EOS
@@ -38,14 +38,14 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def autocast_context(model, dtype_pref: str = "auto"):
-    """bf16 autocast for a float32 `model` where bf16 is fast (CUDA, or CPUs with AMX/AVX512-BF16); a no-op context
-    otherwise. A bf16 model runs every matmul in bf16 already, and autocast only adds casts and dispatch to a step
-    that is bound by kernel launches: on an H200, Qwen2.5-Math-1.5B's GRPO step ran about 2x faster without it
-    (bench/gpu_check.py; numbers in reports/README.md)."""
-    param = next(model.parameters())
-    if param.dtype != torch.float32:
+    """bf16 autocast for a model with float32 weights where bf16 is fast (CUDA, or CPUs with AMX/AVX512-BF16); a no-op
+    context otherwise. A model whose weights are all bf16 (the full profile on GPU) runs every matmul in bf16 already
+    and trains without autocast, as in the handout; autocast would only add casts. (Whether those casts cost time on
+    a GPU was not isolated: the one A/B on an H200, reports/README.md, was confounded by warm-up.)"""
+    params = list(model.parameters())
+    if not any(p.dtype == torch.float32 for p in params):
         return contextlib.nullcontext()
-    device = param.device
+    device = params[0].device
     use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and (device.type == "cuda" or cpu_has_fast_bf16()))
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
 
