@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU study: the cpu-study profile's DAG in a clone of this commit (so this workspace keeps the default profile's
-# results), then its summary, figures, metrics and timing copied into reports/cpu_study/. Stages are cached and resume:
+# results), then its summary, figures, metrics and timing copied into reports/cpu_study/, and the ablation contrasts
+# (each run against its family's reference, tools/ablations.py) written there. Stages are cached and resume:
 # rerunning the script continues where it stopped (it reuses .study/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ echo "dvc repro: $(( $(date +%s) - start )) s" | tee -a "$STUDY/study.log"
 mkdir -p "$ROOT/reports/cpu_study"
 rm -rf "$ROOT/reports/cpu_study/figures"
 cp -r reports/summary.md reports/figures "$ROOT/reports/cpu_study/"
+python -m tools.ablations --out "$ROOT/reports/cpu_study/ablations.md" --pair sft_filtered:sft_full
 dvc metrics show --json > "$STUDY/metrics_shown.json"
 python - "$STUDY/metrics_shown.json" "$ROOT/reports/cpu_study/metrics.json" <<'PY'
 # Only the metrics this profile's dvc.yaml declares (the clone also holds the default profile's committed results).

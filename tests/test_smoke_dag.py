@@ -31,7 +31,8 @@ def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
             (work / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, work / f)
     env = {
-        **os.environ,
+        # bytecode on, as on a user's machine: __pycache__ in a folder dependency must not change its hash
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "PYTHONPATH": str(work),
         "GIT_AUTHOR_NAME": "a5",
@@ -112,6 +113,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert "up to date" in r.stdout, r.stdout
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
+    check_stage_profile(work, run)
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.learning_rate=3e-6")  # the README's form
     ok(r)
@@ -135,6 +137,30 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     check_readme_recipes(work, run)
 
 
+def check_stage_profile(work: Path, run) -> None:
+    """bench/stage_profile.py: each stage's phases add up to its process time, the timers fire where the stage works,
+    and the workspace is untouched (the stages run in a sandbox)."""
+
+    def listing() -> dict[str, int]:
+        skip = {".git", ".dvc", "__pycache__"}
+        return {str(p): p.stat().st_mtime_ns for p in work.rglob("*") if not skip & set(p.relative_to(work).parts)}
+
+    out, before = work.parent / "stage_profile.json", listing()
+    ok(run(sys.executable, "bench/stage_profile.py", "--stages", "sft@8", "grpo@reinforce_baseline", "--out", str(out)))
+    assert listing() == before
+    profile = json.loads(out.read_text())
+    for name, r in profile.items():
+        s = r["seconds"]
+        stage_phases = sum(v for k, v in s.items() if not k.startswith("dvc:"))
+        # process start is read from /proc in 10 ms ticks
+        assert abs(stage_phases - r["total_s"]) < 1e-6 and s["other"] >= 0 and r["total_s"] <= r["wall_s"] + 0.05
+        assert s["imports"] > 0 and s["model load"] > 0 and s["evaluation"] > 0 and s["training"] > 0, (name, s)
+    assert profile["grpo@reinforce_baseline"]["seconds"]["generation"] > 0
+    assert profile["grpo@reinforce_baseline"]["seconds"]["grading"] > 0
+    r = run("dvc", "status")
+    assert "up to date" in r.stdout, r.stdout
+
+
 def check_readme_recipes(work: Path, run) -> None:
     """The README's commands for comparing experiments, cleaning the cache and sharing models."""
     r = run("dvc", "exp", "show", "--only-changed", "--csv")
@@ -152,6 +178,9 @@ def check_readme_recipes(work: Path, run) -> None:
     )
     ok(r)
     assert len(r.stdout.splitlines()[0].split(",")) <= 12, r.stdout.splitlines()[0]
+    ok(run(sys.executable, "-m", "tools.ablations", "--out", str(work.parent / "ablations.md")))
+    rows = (work.parent / "ablations.md").read_text()
+    assert "| grpo_no_baseline − grpo_reinforce_baseline |" in rows and "| sft_full − sft_8 |" in rows, rows
     r = run("dvc", "metrics", "show")
     ok(r)
     assert max(len(line) for line in r.stdout.splitlines()) <= 200
