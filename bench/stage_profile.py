@@ -105,6 +105,8 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         if not targets:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return None  # let the normal import machinery fail or load it, untimed
         execute = spec.loader.exec_module
 
         def exec_module(module):
@@ -169,10 +171,20 @@ def profile(repo, name: str) -> dict:
     repo.status(targets=[name])  # in this process, as `dvc repro` checks each stage (DVC already imported)
     status_s = time.perf_counter() - t
     cmd = shlex.split(stage.cmd) if isinstance(stage.cmd, str) else []
-    if cmd[:1] not in (["python"], ["python3"]) or not cmd[1].endswith(".py") or stage.wdir != str(ROOT):
+    if len(cmd) < 2 or cmd[0] not in ("python", "python3") or not cmd[1].endswith(".py") or stage.wdir != str(ROOT):
         raise SystemExit(f"{name}: can only profile `python <script>.py ...` run from the repository root")
-    (ROOT / "scratch").mkdir(exist_ok=True)  # on the disk the stage writes to, not a tmpfs
-    with tempfile.TemporaryDirectory(prefix="profile-", dir=ROOT / "scratch") as tmp:
+    scratch = ROOT / "scratch"  # the sandbox sits on the disk the stage writes to, not a tmpfs
+    made = not scratch.exists()
+    scratch.mkdir(exist_ok=True)
+    try:
+        return _run_in_sandbox(stage, cmd, scratch, status_s)
+    finally:
+        if made and not any(scratch.iterdir()):
+            scratch.rmdir()  # leave the workspace as it was
+
+
+def _run_in_sandbox(stage, cmd: list[str], scratch: Path, status_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="profile-", dir=scratch) as tmp:
         folder, out = Path(tmp) / "repo", Path(tmp) / "seconds.json"
         folder.mkdir()
         sandbox(stage, folder)
