@@ -18,6 +18,7 @@ from pathlib import Path
 
 from a5core.config import read_params
 from a5core.stats import paired_difference
+from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
 
 FAMILIES = {"SFT": ("sft_runs", "sft_{}"), "EI": ("ei_runs", "ei_{}"), "GRPO": ("grpo_runs", "grpo_{}")}
 
@@ -32,14 +33,11 @@ def contrast(models: Path, run: str, reference: str) -> str:
     """One markdown row: run - reference with its paired 95% interval."""
     a, b = (json.loads((final_model(models, f) / "validation.json").read_text()) for f in (run, reference))
     delta, lo, hi = paired_difference(a["per_question"], b["per_question"])
-    mark = " **✓**" if lo > 0 or hi < 0 else ""
+    change = delta_cell({"delta": delta, "delta_lo": lo, "delta_hi": hi, "delta_excludes_zero": lo > 0 or hi < 0})
     note = "" if a["protocol"] == b["protocol"] else "different prompt or protocol"
     acc_a, acc_b = a["metrics"]["accuracy"], b["metrics"]["accuracy"]
     n = len(set(a["per_question"]) & set(b["per_question"]))
-    return (
-        f"| {run} − {reference} | {acc_a:.3f} | {acc_b:.3f} | {delta:+.3f} ({lo:+.3f} to {hi:+.3f}){mark} | {n} "
-        f"| {note} |"
-    )
+    return f"| {run} − {reference} | {acc_a:.3f} | {acc_b:.3f} | {change} | {n} | {note} |"
 
 
 def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
