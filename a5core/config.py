@@ -348,7 +348,9 @@ class GenerationConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16"] = (
         "auto"  # engine compute dtype (auto: bf16 on GPU, model dtype on CPU)
     )
-    verify_weight_sync: bool = True  # after a weight update, check the engine's log-probs against the policy's
+    verify_weight_sync: bool = (
+        True  # after a weight update, check the engine's weights and log-probs against the policy's
+    )
     sync_tolerance: PositiveFloat = 0.1  # largest mean |log-prob difference| (nats) the check accepts
 
 

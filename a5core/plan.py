@@ -104,13 +104,17 @@ class Arch:
 
 
 def architecture(source: str, model_dir: str | Path = "models/base") -> Arch:
-    config = Path(model_dir) / "config.json"
-    if config.exists():
+    """The fetched model's config.json when it was fetched from `source` (its provenance.json says), else the known
+    architecture of `source`: planning a new profile must not read the previous profile's model."""
+    config, provenance = Path(model_dir) / "config.json", Path(model_dir) / "provenance.json"
+    fetched = json.loads(provenance.read_text())["params"]["source"] if provenance.exists() else source
+    if config.exists() and fetched == source:
         return Arch.of(json.loads(config.read_text()))
     if source in KNOWN:
         return Arch.of(KNOWN[source])
+    held = f"{model_dir} holds {fetched}" if config.exists() else f"no {config}"
     raise SystemExit(
-        f"plan: no {config} and no known architecture for model.source {source!r}: run "
+        f"plan: {held} and no known architecture for model.source {source!r}: run "
         "`dvc repro fetch_model` first, then plan again"
     )
 

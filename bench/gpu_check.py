@@ -11,7 +11,9 @@ Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `
 - steps: one GRPO optimizer step (256 rollouts = 32 questions x 8, micro-batch 2, on-policy; responses of 16-1024
   tokens drawn with a fixed seed), the old-log-prob pass over those rollouts, one SFT step (32 examples of 200-1500);
 - generation: the hf backend's tokens/s (the path without vLLM), 32 prompts x 8 samples of `--gen-tokens` each;
-- sweep: GRPO steps over 64 rollouts at micro-batches 2, 8 and 16 with bf16 autocast, and 2 without (see `sweep`).
+- sweep: GRPO steps over 64 rollouts at micro-batches 2, 8 and 16 with bf16 autocast, and 2 without (see `sweep`;
+  micro-batch 16 peaked at 104 GB on the H200: a smaller card records it under `sweep_out_of_memory`).
+The JSON is rewritten after every part.
 Random weights: time and memory depend on shapes, not values. The tokenizer only turns r1_zero prompts into ids; the
 model keeps Qwen's 151,936-token vocabulary. Outside the sweep, each timing is one measurement after the earlier
 parts have warmed up. The settings are conf/profile/full.yaml's and the architecture is Qwen2.5-Math-1.5B's, not
@@ -197,8 +199,15 @@ def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64,
                 grpo.autocast_context = _forced_autocast(autocast, device)
                 step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
                 key = f"micro{micro}_autocast{int(autocast)}"
+                if key in out.get("sweep_out_of_memory", []):
+                    continue
                 if rep == 0:  # memory from the untimed pass: peak() empties the allocator's cache first
-                    out[f"sweep_gb_{key}"] = peak(step)[1]
+                    try:
+                        out[f"sweep_gb_{key}"] = peak(step)[1]
+                    except torch.OutOfMemoryError:  # a smaller card: record it, measure the others
+                        opt.zero_grad(set_to_none=True)
+                        torch.cuda.empty_cache()
+                        out.setdefault("sweep_out_of_memory", []).append(key)
                 else:
                     out[f"sweep_s_{key}"] = min(timed(step)[0], out.get(f"sweep_s_{key}", float("inf")))
         b = {k: v.to(device) for k, v in tokenize_ids(batch.prompt_ids[:2], batch.output_ids[:2], 0).items()}
@@ -231,8 +240,10 @@ def check(
     gen_tokens: int,
     parts: str = "all",
     sweep_rollouts: int = 64,
+    save=lambda result: None,
 ) -> dict:
-    """Every measurement above, printed as it completes; returns them as one flat dict."""
+    """Every measurement above, printed and passed to `save` as each part completes (a later part that fails loses
+    nothing measured before it); returns them as one flat dict."""
     model = build_model(arch, device)
     opt = make_optimizer(model, 1e-9, betas=tuple(gcfg.betas))
     result = {
@@ -254,6 +265,7 @@ def check(
         t0 = time.perf_counter()
         result.update(part())
         print(f"{name} done in {time.perf_counter() - t0:.1f} s: {json.dumps(result, default=str)}", flush=True)
+        save(result)
     return result
 
 
@@ -274,10 +286,14 @@ def main() -> None:
     gcfg = from_dict(grpo.GRPOConfig, profile["grpo"], "grpo")
     scfg = from_dict(sft.SFTConfig, profile["sft"], "sft")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    result = check(plan.KNOWN[SOURCE], gcfg, scfg, tokenizer, torch.device("cuda:0"), args.gen_tokens, args.parts)
-    result["card_gb"] = torch.cuda.get_device_properties(0).total_memory / GB
+    card_gb = torch.cuda.get_device_properties(0).total_memory / GB
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    def save(result: dict) -> None:
+        Path(args.out).write_text(json.dumps({**result, "card_gb": card_gb}, indent=2, default=str) + "\n")
+
+    device = torch.device("cuda:0")
+    check(plan.KNOWN[SOURCE], gcfg, scfg, tokenizer, device, args.gen_tokens, args.parts, save=save)
 
 
 if __name__ == "__main__":

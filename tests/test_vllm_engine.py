@@ -163,6 +163,21 @@ def test_a_sync_that_does_not_reach_the_engine_raises(engine, restore, monkeypat
         backend.sync_weights(policy)
 
 
+def test_a_small_step_the_engine_missed_is_caught_exactly(engine, restore, monkeypatch):
+    """An update far below the log-prob probe's resolution (one optimizer step at a small learning rate) that never
+    reached the engine: the probe passes, the exact comparison of the engine's parameters does not."""
+    backend, _, _ = engine
+    policy = restore
+    weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
+    assert backend.verify_exact(weights) >= 4  # the CPU build keeps the norms and embeddings in the policy's layout
+    with torch.no_grad():
+        policy.model.norm.weight.mul_(1 + 1e-5)
+    monkeypatch.setattr(vllm_backend, "_reload_on_worker", lambda worker, weights: True)  # a silent no-op
+    assert backend.verify(policy) < backend.cfg.sync_tolerance
+    with pytest.raises(WeightSyncError, match=r"1 engine parameters differ .*model\.norm\.weight"):
+        backend.sync_weights(policy)
+
+
 def test_many_long_seeded_requests_in_one_call(engine):
     """More prompt tokens than one engine step schedules: with chunked prefill, the CPU build rewinds the seeded
     generator of a split prompt and fails ("CPU Generator does not use offset"); the backend turns it off."""

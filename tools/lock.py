@@ -13,6 +13,7 @@ tests/test_locks.py checks that both still satisfy pyproject.toml.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -57,7 +58,12 @@ def resolve(target: str) -> list[str]:
 
 
 def main() -> None:
-    for target in sys.argv[1:] or list(TARGETS):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*", metavar="|".join(TARGETS), help="which locks to write (default: all)")
+    targets = ap.parse_args().targets or list(TARGETS)
+    if unknown := sorted(set(targets) - set(TARGETS)):
+        ap.error(f"unknown target(s) {unknown}; targets: {list(TARGETS)}")
+    for target in targets:
         lines = resolve(target)
         header = f"# {target}: written by `python -m tools.lock {target}` (pip's resolver); do not edit by hand.\n"
         (ROOT / "requirements" / f"{target}.lock").write_text(header + "\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ composition of the committed conf/ (a test checks it).
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +37,15 @@ def compose(profile: str, overrides: list[str], out: str | Path) -> None:
     Path(out).write_text(HEADER.format(profile=profile) + text)
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("profile", choices=PROFILES, help="conf/profile/<profile>.yaml")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for dvc exp run -S (grpo.learning_rate=3e-6)")
+    a = ap.parse_args()
+    compose(a.profile, a.overrides, ROOT / "params.yaml")
+    select(a.profile)
+    print(f"params.yaml <- profile {a.profile} {' '.join(a.overrides)}; conf/config.yaml now selects {a.profile}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(f"usage: python -m tools.profile <profile> [key=value ...]; profiles: {PROFILES}")
-    compose(sys.argv[1], sys.argv[2:], ROOT / "params.yaml")
-    select(sys.argv[1])
-    print(f"params.yaml <- profile {sys.argv[1]} {' '.join(sys.argv[2:])}")
+    main()

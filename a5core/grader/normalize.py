@@ -218,12 +218,13 @@ def _unit_power_length(s: str, i: int) -> int:
 
 
 def _after_number(out: list[str], start: int) -> bool:
-    """The last non-space character of out[:start] is a digit or `}` (a scan back over spaces only)."""
+    """out[:start] ends, before spaces, with a digit, `}` or `\\pi` (`36\\pi\\text{ cm}^3`); a scan back over spaces
+    only. A command is one chunk of `out` per character after its two-character `\\p`, hence the join of three."""
     k = start - 1
     while k >= 0 and not out[k].strip():
         k -= 1
-    last = out[k].rstrip()[-1:] if k >= 0 else ""
-    return last.isdigit() or last == "}"
+    last = "".join(out[max(0, k - 2) : k + 1]).rstrip()
+    return last[-1:].isdigit() or last.endswith(("}", "\\pi"))
 
 
 def _strip_text_blocks(s: str) -> str:
