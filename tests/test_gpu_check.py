@@ -43,7 +43,7 @@ def test_gpu_check_runs_every_part_on_a_tiny_qwen2():
     real_peak = gpu_check.peak
 
     def peak(fn):  # a card too small for micro-batch 8: the sweep records it and measures the others
-        if saved and len(saved) == 4 and fn.args[2].gradient_accumulation_steps == 1:
+        if len(saved) == 4 and fn.args[2].gradient_accumulation_steps == 1:  # the sweep is the fifth part
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real_peak(fn)
 
