@@ -118,7 +118,7 @@ def engine_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices
                 "generation.layout=one_gpu "
                 "(the engine sleeps while the policy trains) or make a second GPU visible (CUDA_VISIBLE_DEVICES)"
             )
-        kwargs["device_ids"] = [1]
+        kwargs["device_ids"] = [engine_device(cfg, cuda_devices)]  # the GPU every engine call runs on (_on_engine)
     else:
         kwargs["enable_sleep_mode"] = True
     return kwargs
