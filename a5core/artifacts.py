@@ -1,8 +1,11 @@
 """Artifacts: Parquet and JSON written atomically (temp file + rename) with provenance, and checked readers.
 
-Provenance = code revision (git commit, `+dirty` when the tree has changes), the stage name, its resolved
-params, and SHA-256 hashes of its inputs and of the model. It is stored in the Parquet schema metadata
-under `a5.provenance`, and next to folders (checkpoints) as `provenance.json`.
+- Provenance = the stage name, its resolved params and SHA-256 hashes of its inputs: a pure function of what the
+  stage ran on, so a rerun on the same inputs writes the same bytes and DVC invalidates nothing downstream. It is
+  stored in the Parquet schema metadata under `a5.provenance`, and in model folders as `provenance.json`.
+- What varies between two runs of the same inputs (commit, time, host, CPU, autocast in force, durations) is not
+  here: it goes to the stage's `run_record.json` (a5core/runinfo.py), which DVC ignores.
+- `content_hash`: a hash of rows' values (not of a file's bytes), for protocol fingerprints.
 """
 
 from __future__ import annotations
@@ -13,9 +16,7 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 PROVENANCE_KEY = b"a5.provenance"
-
-
-def code_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def hash_path(path: str | Path) -> str:
@@ -69,14 +59,20 @@ def _jsonable(obj: Any) -> Any:
 
 
 def provenance(stage: str, params: Any, inputs: dict[str, str | Path] | None = None) -> dict[str, Any]:
-    """The provenance record of one stage's outputs."""
+    """The provenance record of one stage's outputs: deterministic (no time, commit or host; see runinfo)."""
     return {
         "stage": stage,
-        "code_revision": code_revision(),
         "params": json.loads(json.dumps(params, default=_jsonable)),
         "inputs": {name: hash_path(p) for name, p in (inputs or {}).items() if Path(p).exists()},
-        "created_unix": int(time.time()),
     }
+
+
+def content_hash(rows: list[dict], columns: list[str]) -> str:
+    """SHA-256 of the values of `columns` in `rows`, in order: what the rows say, whatever file metadata held them."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps([row.get(c) for c in columns], default=str).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _atomic_target(path: Path):

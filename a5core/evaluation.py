@@ -61,6 +61,7 @@ def generate_and_grade(
             level=r.get("level", ""),
             token_ids=tuple(c.token_ids),
             token_entropies=c.token_entropies,
+            token_logprobs=c.token_logprobs,
         )
         for (r, p, j, c), g in zip(flat, grades)
     ]

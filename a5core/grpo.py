@@ -1,4 +1,6 @@
-"""GRPO with verified rewards and no KL term (Algorithm 3 of the handout; Shao et al., 2024).
+"""GRPO with verified rewards and no KL term (Algorithm 3 of the handout; Shao et al., 2024), plus the options of
+`a5core.rl_options` (clip-higher, overlong handling, entropy bonus, KL to the start policy, truncated importance
+sampling, dynamic sampling), each off by default.
 
 Per step, top to bottom in `train_grpo`: sample rollout_batch_size/group_size questions -> generate group_size
 rollouts each through the shared backend (weights synced first) -> grade them -> group-normalized advantages ->
@@ -6,8 +8,9 @@ old log-probs once per rollout batch, under inference_mode, when the loss is off
 epochs_per_rollout_batch passes, optimizer steps of train_batch_size rollouts, each a micro-batched backward through
 `grpo_microbatch_train_step` -> clip -> AdamW step -> log -> validation every eval_every steps -> checkpoint.
 The rollout batch travels between these steps as a `RolloutBatch`. Training uses exactly the sampled token ids.
-Each run validates with its own prompt and that prompt's reward (a question_only run is not scored by the r1_zero
-grader), on a fixed seeded subset mid-run and on the whole validation set at the end.
+Each run trains on `reward_fn` (default: its prompt's reward) and validates with its own prompt and that prompt's
+reward (a question_only run is not scored by the r1_zero grader), on a fixed seeded subset mid-run and on the whole
+validation set at the end.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Annotated, Callable
 import torch
 
 from a5core.advantages import group_normalize
+from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
 from a5core.config import (
     Bound,
@@ -29,25 +33,35 @@ from a5core.config import (
     PositiveFloat,
     PromptName,
     SamplingConfig,
-    Section,
     TopP,
     init_policy_problem,
 )
 from a5core.evaluation import generate_and_grade, log_evaluation
-from a5core.generation.hf import autocast_context
 from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import LENGTH_NORMALIZERS, OFF_POLICY_LOSSES, PG_LOSSES, LengthNorm, grpo_microbatch_train_step
 from a5core.optim import make_optimizer
 from a5core.prompts import STOPS
 from a5core.records import GradedSample, RolloutBatch
+from a5core.rewards import reward_problems, training_reward
+from a5core.rl_options import (
+    RLOptions,
+    dynamic_sample,
+    engine_log_probs,
+    loss_terms,
+    overlong_penalty,
+    reference_policy,
+    refill_sampling,
+    truncation_keep,
+    truncation_rate,
+)
 from a5core.tokenization import pad_token_id, tokenize_ids
 
 Beta = Annotated[float, Bound(0, 1, hi_open=True)]
 
 
 @dataclass(frozen=True)
-class GRPOConfig(Section):
+class GRPOConfig(RLOptions):  # the handout's fields below; the options' (off by default) in rl_options.RLOptions
     init_policy: str = "sft_filtered"  # model folder under models/ to start from (base = the fetched model)
     n_grpo_steps: Positive = 200  # rollout/optimization steps
     learning_rate: PositiveFloat = 1e-5  # AdamW learning rate
@@ -67,7 +81,8 @@ class GRPOConfig(Section):
     length_normalization: LengthNorm = "masked_mean"  # per-sequence reduction, a name in losses.LENGTH_NORMALIZERS
     normalize_constant: PositiveFloat = 1024.0  # divisor for masked_normalize (usually max_tokens)
     cliprange: PositiveFloat = 0.2  # epsilon of GRPO-Clip
-    prompt: PromptName = "r1_zero"  # rollout and validation prompt; its reward function goes with it
+    prompt: PromptName = "r1_zero"  # rollout and validation prompt
+    reward_fn: str | None = None  # the reward GRPO trains on (module:function); None = the prompt's (REWARD_FNS)
     max_grad_norm: PositiveFloat = 1.0  # gradient clipping
     weight_decay: NonNegativeFloat = 0.0  # AdamW weight decay
     betas: tuple[Beta, Beta] = (0.9, 0.95)  # AdamW betas
@@ -103,7 +118,13 @@ class GRPOConfig(Section):
             ),
             (self.min_tokens <= self.max_tokens, "min_tokens must be <= max_tokens"),
         ]
-        return [msg for ok, msg in rules if not ok] + [p for p in [init_policy_problem(self.init_policy)] if p]
+        problems = [msg for ok, msg in rules if not ok] + self.option_problems()
+        named = [init_policy_problem(self.init_policy)] + reward_problems(self.reward_fn, self.prompt)
+        return problems + [p for p in named if p]
+
+    @property
+    def train_reward(self) -> str:
+        return training_reward(self.reward_fn, self.prompt)
 
     @property
     def off_policy(self) -> bool:
@@ -145,13 +166,18 @@ def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict[str, torch.Te
 def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tuple[RolloutBatch, dict]:
     """Rewards -> group-normalized advantages, with the prompt and sampled ids of every rollout."""
     raw = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # (N,)
+    if cfg.overlong_buffer:  # DAPO's soft overlong punishment, part of the reward the advantages see
+        lengths = torch.tensor([s.output_tokens for s in samples])  # (N,)
+        raw = raw + overlong_penalty(lengths, cfg.max_tokens, cfg.overlong_buffer, cfg.overlong_penalty)  # (N,)
     adv, meta = group_normalize(raw, cfg.group_size, cfg.advantage_eps, cfg.use_std_normalization, cfg.std_ddof)  # (N,)
     pad = pad_token_id(tokenizer)
     prompts = [tokenizer(s.prompt, add_special_tokens=False)["input_ids"] for s in samples]
     outputs = [
         list(s.token_ids) or [tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad] for s in samples
     ]
-    return RolloutBatch(prompts, outputs, raw, adv, pad), meta
+    keep = truncation_keep([s.finish_reason for s in samples]) if cfg.mask_truncated else None  # (N,)
+    engine = engine_log_probs(samples) if cfg.tis_cap else None
+    return RolloutBatch(prompts, outputs, raw, adv, pad, keep=keep, rollout_log_probs=engine), meta
 
 
 @torch.inference_mode()
@@ -174,16 +200,23 @@ def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device) -> dict:
     """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step."""
     loss_sum, clip_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0
+    option_sums: dict[str, float] = {}  # per-token sums of what the options log (kl, tis_*)
     t0 = time.monotonic()
     for s in range(0, len(idx), cfg.micro_batch_size):
         mi = idx[s : s + cfg.micro_batch_size]
         b = _batch(rollouts, mi, device)
         with autocast_context(policy):
             out = get_response_log_probs(
-                policy, b["input_ids"], b["labels"], return_token_entropy=True, share_prefix=True
+                policy,
+                b["input_ids"],
+                b["labels"],
+                return_token_entropy=True,
+                share_prefix=True,
+                entropy_grad=bool(cfg.entropy_coef),
             )
         width = b["labels"].shape[1]
         old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
+        terms, sums = loss_terms(cfg, out, old, rollouts, mi, width)
         loss, meta = grpo_microbatch_train_step(
             out["log_probs"],
             b["response_mask"],
@@ -192,14 +225,17 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
             raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
             advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
             old_log_probs=old,
-            cliprange=cfg.cliprange,
+            cliprange=cfg.clip_bounds,
             length_normalization=cfg.length_normalization,
             normalize_constant=cfg.normalize_constant,
+            **terms,
         )
+        for name, per_token in sums.items():
+            option_sums[name] = option_sums.get(name, 0.0) + float((per_token * b["response_mask"]).sum())
         tokens = int(b["response_mask"].sum())
         loss_sum += float(loss)
         clip_sum += float(meta["clip_fraction"]) * tokens
-        ent_sum += float((out["token_entropy"] * b["response_mask"]).sum())
+        ent_sum += float((out["token_entropy"].detach() * b["response_mask"]).sum())
         n_tok += tokens
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     opt.step()
@@ -210,6 +246,7 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
         "clip_fraction": clip_sum / max(n_tok, 1),
         "token_entropy": ent_sum / max(n_tok, 1),
         "tokens_per_s": n_tok / (time.monotonic() - t0),
+        **{name: total / max(n_tok, 1) for name, total in option_sums.items()},
     }
 
 
@@ -225,6 +262,7 @@ def rollout_stats(samples: list[GradedSample], meta: dict) -> dict:
         "response_length_correct": mean([s.output_tokens for s in samples if s.answer_reward == 1]),
         "response_length_incorrect": mean([s.output_tokens for s in samples if s.answer_reward != 1]),
         "frac_groups_all_equal": meta["frac_groups_all_equal"],
+        "truncation_rate": truncation_rate([s.finish_reason for s in samples]),  # cut at max_tokens (DAPO's concern)
     }
 
 
@@ -238,6 +276,7 @@ class Run:
     history: RunHistory
     device: torch.device
     t_start: float  # monotonic time the run's wall clock counts from (a resumed run continues it)
+    ref: object = None  # the frozen start policy of the KL term (grpo.kl_coef), else None
 
     def wall(self) -> float:
         return time.monotonic() - self.t_start
@@ -256,13 +295,23 @@ def grpo_step(run: Run, tokenizer, backend, train_rows: list[dict], pool, step: 
     questions = random.Random(cfg.seed * 100_003 + step).sample(train_rows, cfg.questions_per_step)
     backend.sync_weights(run.policy)
     t1 = time.monotonic()
-    samples = generate_and_grade(backend, questions, cfg.prompt, cfg.sampling(step), pool, progress=False)
+
+    def generate(rows: list[dict], refill_round: int) -> list[GradedSample]:
+        sampling = refill_sampling(cfg.sampling(step), refill_round)
+        return generate_and_grade(backend, rows, cfg.prompt, sampling, pool, progress=False)
+
+    if cfg.dynamic_sampling:
+        samples, ds_stats = dynamic_sample(cfg, generate, questions, train_rows, step)
+    else:
+        samples, ds_stats = generate(questions, 0), {}
     rollouts, meta = rollout_batch(tokenizer, samples, cfg)
     t2 = time.monotonic()
     if cfg.needs_old_log_probs:
         rollouts.old_log_probs = old_log_probs_for(run.policy, rollouts, cfg.micro_batch_size, run.device)
+    if run.ref is not None:  # the reference's log-probs: once per rollout batch, no graph, like the old ones
+        rollouts.ref_log_probs = old_log_probs_for(run.ref, rollouts, cfg.micro_batch_size, run.device)
     timing = {"sync_s": t1 - t0, "rollout_s": t2 - t1, "old_log_probs_s": time.monotonic() - t2}
-    stats = rollout_stats(samples, meta)
+    stats = {**rollout_stats(samples, meta), **ds_stats}
     run.policy.train()
     for epoch in range(cfg.epochs_per_rollout_batch):
         perm = random.Random(cfg.seed + 7919 * step + epoch).sample(range(len(rollouts)), len(rollouts))
@@ -306,13 +355,14 @@ def train_grpo(
     cfg.validate()
     device = next(policy.parameters()).device
     opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay, cfg.betas)
+    ref = reference_policy(policy, cfg)  # before the restore: the reference is the run's start policy
     state = ckpt.restore_training(policy, opt) if ckpt else {}
     history.restore(state.get("history"))
     history.total_steps = cfg.n_grpo_steps * cfg.optimizer_steps_per_step
     if not state:  # where the curve starts; outside the wall-clock budget
         metrics = initial["metrics"] if initial else validate(policy, full=True).metrics
         history.log("eval", {"step": 0, "grpo_step": 0, **metrics, "wall_s": 0.0})
-    run = Run(policy, opt, cfg, history, device, time.monotonic() - state.get("wall_s", 0.0))
+    run = Run(policy, opt, cfg, history, device, time.monotonic() - state.get("wall_s", 0.0), ref)
     step = state.get("step", 0)
     while step < cfg.n_grpo_steps and not run.over_budget():
         grpo_step(run, tokenizer, backend, train_rows, pool, step)

@@ -4,7 +4,9 @@
 completions) and writes each one through, as it is logged, to:
 - dvclive (`<live>/plots/metrics/<kind>/<metric>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
   `dvc plots`, the VS Code extension and DVC Studio read live;
-- `<logs>/<kind>.csv`, the whole rows, which the plots stage and the next EI round read;
+- `<logs>/<kind>.csv`, the whole rows but their wall-clock fields, which the plots stage and the next EI round read;
+- `<logs>/timing_<kind>.csv`, the wall-clock fields (`*_s`: seconds, and rates per second) by step. They are not a
+  function of the stage's inputs, so they stay out of every file DVC hashes (.dvcignore) and out of dvclive;
 - TensorBoard event files in `<live>/tensorboard` when `logging.tracker: tensorboard` (offline);
 - the console: one line per `console_every` optimizer steps with loss, reward, accuracy so far, entropy, tokens/s, ETA.
 It is checkpointable (`state()` / `restore()`): a resumed run replays its rows into every sink, so its files equal an
@@ -17,6 +19,7 @@ import csv
 import io
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -58,6 +61,20 @@ NOT_PLOTTED = {
 }
 
 
+def is_timing(key: str) -> bool:
+    """Wall-clock fields: seconds (`rollout_s`, `wall_s`) and rates per second (`tokens_per_s`) end in `_s`."""
+    return key.endswith("_s")
+
+
+def timings(row: dict) -> dict:
+    """The wall-clock fields of a row or result."""
+    return {k: v for k, v in row.items() if is_timing(k)}
+
+
+def timing_log(logs_dir: str | Path, kind: str) -> Path:
+    return Path(logs_dir) / f"timing_{kind}.csv"
+
+
 def _numeric(row: dict) -> dict:
     return {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
@@ -85,6 +102,9 @@ class RunHistory:
         self.logs_dir = Path(logs_dir)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.rows: dict[str, list[dict]] = {"train": [], "eval": []}
+        self.order: list[str] = []  # the kind of every row, in the order logged: a replay keeps it (dvclive's summary)
+        for stale in [*self.logs_dir.glob(".*.csv.*"), *self.logs_dir.glob(".*.jsonl.*")]:
+            stale.unlink()  # a temp file of an atomic write that a killed process left (artifacts._atomic_target)
         self.completions: list[dict] = []
         self.live = Live(dir=str(live_dir), dvcyaml=False, save_dvc_exp=False, report=None)
         self.tb = None
@@ -102,13 +122,16 @@ class RunHistory:
         """Record one row (it must have `step`, the optimizer step) and write it to every sink."""
         row = _flat(row)
         self.rows.setdefault(kind, []).append(row)
+        self.order.append(kind)
         step = int(row["step"])
         self.live.step = step
         for key, value in _numeric(row).items():
-            if key != "step" and key not in NOT_PLOTTED:
+            if key == "step" or key in NOT_PLOTTED:
+                continue
+            if not is_timing(key):  # dvclive's files are DVC outputs: wall-clock values would change them
                 self.live.log_metric(f"{kind}/{key}", value)
-                if self.tb is not None:
-                    self.tb.add_scalar(f"{kind}/{key}", value, step)
+            if self.tb is not None:
+                self.tb.add_scalar(f"{kind}/{key}", value, step)
         self.live.make_summary()
         self._write_csv(kind)
         if echo and kind == "train":
@@ -128,15 +151,18 @@ class RunHistory:
         return None
 
     def state(self) -> dict:
-        return {"rows": {k: list(v) for k, v in self.rows.items()}, "completions": list(self.completions)}
+        rows = {k: list(v) for k, v in self.rows.items()}
+        return {"rows": rows, "order": list(self.order), "completions": list(self.completions)}
 
     def restore(self, state: dict | None) -> None:
         """Replay a checkpointed history into every sink (no console lines)."""
         if not state:
             return
-        for kind, rows in state["rows"].items():
-            for row in rows:
-                self.log(kind, row, echo=False)
+        # in the order they were logged, so every sink (dvclive's summary's key order too) equals an uninterrupted run's
+        order = state.get("order") or [k for k, rows in state["rows"].items() for _ in rows]
+        seen = {kind: iter(rows) for kind, rows in state["rows"].items()}
+        for kind in order:
+            self.log(kind, next(seen[kind]), echo=False)
         if state["completions"]:
             self.completions = []
             steps = sorted({c["step"] for c in state["completions"]})
@@ -155,7 +181,11 @@ class RunHistory:
         self.close()
 
     def _write_csv(self, kind: str) -> None:
-        write_csv(self.rows[kind], self.logs_dir / f"{kind}.csv")
+        rows = self.rows[kind]
+        write_csv([{k: v for k, v in r.items() if not is_timing(k)} for r in rows], self.logs_dir / f"{kind}.csv")
+        timed = [{"step": r["step"], **{k: v for k, v in r.items() if is_timing(k)}} for r in rows]
+        if any(len(t) > 1 for t in timed):
+            write_csv(timed, timing_log(self.logs_dir, kind))
 
     def _console(self, row: dict) -> None:
         step = int(row["step"])
@@ -202,6 +232,19 @@ def read_log(path: str | Path) -> list[dict]:
         return []
     with open(path, newline="") as f:
         return [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def read_rows(logs_dir: str | Path, kind: str) -> list[dict]:
+    """`<kind>.csv`'s rows with their wall-clock fields from `timing_<kind>.csv` (when it has as many rows)."""
+    rows, timing = read_log(Path(logs_dir) / f"{kind}.csv"), read_log(timing_log(logs_dir, kind))
+    if timing and [t["step"] for t in timing] != [r["step"] for r in rows]:
+        print(
+            f"warning: {timing_log(logs_dir, kind)} does not match {kind}.csv row for row (steps differ): its "
+            "wall-clock values are left out",
+            file=sys.stderr,
+        )
+        return rows
+    return [{**r, **t} for r, t in zip(rows, timing)] if timing else rows
 
 
 def _number(v: str):

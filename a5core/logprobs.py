@@ -55,17 +55,23 @@ def _forward_logits(model, input_ids: Tensor, share_prefix: bool) -> list[tuple[
 
 
 def get_response_log_probs(
-    model, input_ids: Tensor, labels: Tensor, return_token_entropy: bool = False, share_prefix: bool = False
+    model,
+    input_ids: Tensor,
+    labels: Tensor,
+    return_token_entropy: bool = False,
+    share_prefix: bool = False,
+    entropy_grad: bool = False,
 ) -> dict[str, Tensor]:
     """Forward `model` and return unmasked per-token label log-probs (and, if asked, token entropies).
 
     Entropy is a logged diagnostic, so it is computed without gradient to avoid holding a second
-    (B, T, V) graph. `share_prefix=True` computes a prompt prefix common to all rows once (see
-    `_forward_logits`); the result is the same up to floating-point reassociation.
+    (B, T, V) graph; `entropy_grad=True` (GRPO's entropy bonus) keeps that graph, from the same forward pass.
+    `share_prefix=True` computes a prompt prefix common to all rows once (see `_forward_logits`); the result is
+    the same up to floating-point reassociation.
     """
     pieces = _forward_logits(model, input_ids, share_prefix)
     out = {"log_probs": torch.cat([label_log_probs(lg, labels[:, cols]) for lg, cols in pieces], dim=1)}  # (B, T)
     if return_token_entropy:
-        with torch.no_grad():
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
             out["token_entropy"] = torch.cat([compute_entropy(lg.float()) for lg, _ in pieces], dim=1)  # (B, T)
     return out

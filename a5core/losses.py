@@ -56,13 +56,18 @@ def compute_naive_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy
 
 
 def compute_grpo_clip_loss(
-    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float
+    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float | tuple[float, float]
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO/GRPO clipped surrogate -min(rho*A, clip(rho, 1-eps, 1+eps)*A) (Schulman et al., 2017; Shao et al., 2024)."""
+    """PPO/GRPO clipped surrogate -min(rho*A, clip(rho, 1-eps, 1+eps)*A) (Schulman et al., 2017; Shao et al., 2024).
+
+    `cliprange=(eps_low, eps_high)` clips to [1 - eps_low, 1 + eps_high] (clip-higher, DAPO; Yu et al., 2025): a
+    larger eps_high lets unlikely tokens with positive advantage gain more probability, against entropy collapse.
+    """
+    low, high = cliprange if isinstance(cliprange, tuple) else (cliprange, cliprange)
     adv = advantages.detach()  # (B, 1)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())  # (B, T)
     unclipped = ratio * adv  # (B, T)
-    clipped = torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange) * adv  # (B, T)
+    clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high) * adv  # (B, T)
     loss = -torch.minimum(unclipped, clipped)  # (B, T)
     return loss, {"clipped": clipped < unclipped, "ratio": ratio.detach()}  # (B, T) each
 
@@ -101,11 +106,13 @@ def _grpo_no_clip(lp, raw_rewards, advantages, old_log_probs, cliprange):
     return compute_grpo_no_clip_loss(adv, lp, _require("old_log_probs", old_log_probs, "grpo_no_clip"))
 
 
-PGLossFn = Callable[[Tensor, Tensor | None, Tensor | None, Tensor | None, float | None], tuple[Tensor, dict]]
+ClipRange = float | tuple[float, float]
+PGLossFn = Callable[[Tensor, Tensor | None, Tensor | None, Tensor | None, ClipRange | None], tuple[Tensor, dict]]
 
 # The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange) -> per-token
-# loss (B, T) and metadata. This table is the one list of loss names: `GRPOConfig.loss_type` is checked against it,
-# and a loss in OFF_POLICY_LOSSES (one that needs the rollout policy's log-probs) may train off-policy.
+# loss (B, T) and metadata; `cliprange` is a float, or (eps_low, eps_high) when `grpo.cliprange_high` is set. This
+# table is the one list of loss names: `GRPOConfig.loss_type` is checked against it, and a loss in OFF_POLICY_LOSSES
+# (one that needs the rollout policy's log-probs) may train off-policy.
 PG_LOSSES: dict[str, PGLossFn] = {
     "no_baseline": _no_baseline,
     "reinforce_with_baseline": _reinforce_with_baseline,
@@ -131,7 +138,7 @@ def compute_policy_gradient_loss(
     raw_rewards: Tensor | None = None,
     advantages: Tensor | None = None,
     old_log_probs: Tensor | None = None,
-    cliprange: float | None = None,
+    cliprange: ClipRange | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token policy-gradient loss (B, T) for `loss_type`, looked up in `PG_LOSSES`."""
     if loss_type not in PG_LOSSES:
@@ -171,12 +178,20 @@ def grpo_microbatch_train_step(
     raw_rewards: Tensor | None = None,
     advantages: Tensor | None = None,
     old_log_probs: Tensor | None = None,
-    cliprange: float | None = None,
+    cliprange: ClipRange | None = None,
     length_normalization: str = "masked_mean",
     normalize_constant: float | None = None,
+    pg_weight: Tensor | None = None,
+    penalty: Tensor | None = None,
+    sample_weight: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token PG loss -> length normalization -> / k -> backward. Returns the scaled loss and metadata.
+    """Per-token PG loss (* pg_weight) (+ penalty) (* sample_weight) -> length normalization -> / k -> backward.
+    Returns the scaled loss and metadata.
 
+    `pg_weight` (B, T): a constant weight per token on the PG loss only (truncated importance sampling);
+    `penalty` (B, T): per-token terms added to the PG loss (beta * KL, -coef * entropy; see rl_options);
+    `sample_weight` (B, 1): a weight per rollout on its whole per-token loss (0 masks a truncated rollout out; its
+    tokens still count in the normalizer, which keeps every normalizer defined). None (the default) skips each.
     Metadata adds `clip_fraction` (share of response tokens whose clipped side was the smaller; 0 for
     losses without clipping).
     """
@@ -188,6 +203,12 @@ def grpo_microbatch_train_step(
     per_token, meta = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
     )  # (B, T)
+    if pg_weight is not None:
+        per_token = per_token * pg_weight  # (B, T)
+    if penalty is not None:
+        per_token = per_token + penalty  # (B, T)
+    if sample_weight is not None:
+        per_token = per_token * sample_weight  # (B, T)
     loss = LENGTH_NORMALIZERS[length_normalization](per_token, response_mask, normalize_constant)
     loss = loss / gradient_accumulation_steps  # ()
     loss.backward()

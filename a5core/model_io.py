@@ -161,12 +161,33 @@ def build_tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
 
 
 def attn_implementation(device: torch.device | str) -> str:
-    """flash-attention 2 on CUDA when the package is installed, PyTorch SDPA otherwise."""
+    """flash-attention 2 on CUDA when the package imports and runs a tiny forward here, PyTorch SDPA otherwise (with
+    a one-line notice when flash-attn is installed but unusable)."""
     import importlib.util
 
-    if torch.device(device).type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+    if torch.device(device).type != "cuda" or importlib.util.find_spec("flash_attn") is None:
+        return "sdpa"
+    failure = flash_attn_failure(str(device))
+    if failure is None:
         return "flash_attention_2"
+    print(f"note: flash-attn is installed but does not run here ({failure}); using PyTorch SDPA", file=sys.stderr)
     return "sdpa"
+
+
+@functools.cache
+def flash_attn_failure(device: str) -> str | None:
+    """Why flash-attn cannot run a causal forward on `device` (None: it can). A binary built for another torch or
+    CUDA imports with an undefined symbol or fails at its first call, which would crash the model load instead."""
+    try:
+        from flash_attn import flash_attn_func
+
+        q = torch.randn(1, 4, 2, 64, device=device, dtype=torch.bfloat16)  # (batch, tokens, heads, head dim)
+        out = flash_attn_func(q, q, q, causal=True)
+        if tuple(out.shape) != tuple(q.shape) or not torch.isfinite(out).all():
+            return f"its forward returned {tuple(out.shape)} for {tuple(q.shape)}, or non-finite values"
+    except Exception as err:  # any failure of an optional kernel means: use SDPA
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    return None
 
 
 def load_policy(model_dir: str | Path, device: torch.device | str = "cpu", dtype: str = "float32"):

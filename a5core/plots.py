@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen before pyplot loads
 
-from a5core.history import read_log, write_csv  # noqa: E402
+from a5core.history import read_log, read_rows, write_csv  # noqa: E402
 
 ACCURACY = "validation accuracy (fraction correct)"
 
@@ -155,7 +155,7 @@ GRPO_PANELS = (  # (log, x, y, x label, y label, title)
 
 
 def grpo_panels(dirs: dict[str, Path], out: Path, name: str, title: str) -> str:
-    logs = {k: {kind: read_log(d / "logs" / f"{kind}.csv") for kind in ("eval", "train")} for k, d in dirs.items()}
+    logs = {k: {kind: read_rows(d / "logs", kind) for kind in ("eval", "train")} for k, d in dirs.items()}
     fig, axes = plt.subplots(2, 3, figsize=(14, 7))
     for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS):
         for k in dirs:

@@ -19,10 +19,10 @@ from typing import Callable, Literal
 
 import torch
 
+from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
 from a5core.config import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
 from a5core.evaluation import log_evaluation
-from a5core.generation.hf import autocast_context
 from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import sft_microbatch_train_step
@@ -101,7 +101,7 @@ def optimizer_step(policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad
     t0 = time.monotonic()
     stats = sft_step(policy, batch, cfg, pad_id, device)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
-    lr = sched.get_last_lr()[0]
+    lr = float(sched.get_last_lr()[0])  # a tensor for torchao's AdamW (model.weight_update: stochastic_round)
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=True)

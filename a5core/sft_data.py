@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
+from a5core.config import ConfigError
 from a5core.grader.pool import GraderPool
 
 
@@ -35,5 +36,8 @@ def select_examples(rows: list[dict], n: int, seed: int) -> list[dict]:
     unique = list({r["unique_id"]: r for r in rows}.values())
     random.Random(seed).shuffle(unique)
     if n and n > len(unique):
-        raise ValueError(f"asked for {n} SFT examples but only {len(unique)} unique ones exist")
+        raise ConfigError(
+            f"sft_runs: a run asks for examples: {n} but the data has only {len(unique)} unique traces; "
+            f"set examples to at most {len(unique)} (or 0 = all)"
+        )
     return unique[:n] if n else unique

@@ -1,16 +1,53 @@
 """Small helpers shared by the stage scripts: arguments (paths come from dvc.yaml) with every params section
-validated first, torch setup, row I/O."""
+validated first, the entry point that turns the project's own errors into one line, torch setup, row I/O."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-from a5core.artifacts import read_parquet
 from a5core.config import ConfigError, check_params
+from a5core.records import read_rows
+
+# The errors the project raises itself, each with what to do: a stage ends on one of them with one line, no
+# traceback (anything else keeps its traceback). Named, not imported: importing vLLM's or EI's module here would
+# make every stage depend on it (tools/stage_deps.py).
+PROJECT_ERRORS = {
+    "a5core.config.ConfigError": "fix it in the params file (params.yaml, conf/profile/*.yaml or the -S overrides)",
+    "a5core.records.DataError": "fix the data file or the data params, then rerun",
+    "a5core.grader.pool.RewardFnError": "fix validation.reward_fn / eval.reward_fn (module:function)",
+    "a5core.grader.pool.GraderStartError": "check that the reward function imports in a fresh process",
+    "a5core.grader.reward.GroundTruthError": "fix the ground truth in the data",
+    "a5core.generation.vllm.WeightSyncError": "generation.backend: hf trains without the vLLM engine",
+    "a5core.ei.NoCorrectSamples": "or set ei.if_no_correct: skip to pass the policy on untrained",
+}
+
+
+def _hint(err: BaseException) -> str | None:
+    for cls in type(err).__mro__:
+        hint = PROJECT_ERRORS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if hint is not None:
+            return hint
+    return None
+
+
+def run(main: Callable[[], None]) -> None:
+    """Run a stage's `main`: an error the project detected (PROJECT_ERRORS) exits 1 with one line `error: ...`
+    naming the file or key and what to do; any other exception keeps its traceback."""
+    try:
+        main()
+    except Exception as err:
+        hint = _hint(err)
+        if hint is None:
+            raise
+        text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+        sys.exit(f"error: {text} ({hint})")
 
 
 def args(*names: str, **extra) -> argparse.Namespace:
@@ -24,10 +61,24 @@ def args(*names: str, **extra) -> argparse.Namespace:
     parser.add_argument("--params", default="params.yaml")
     parsed = parser.parse_args()
     try:
+        # first, a GPU profile on a machine that cannot run it: the user must hear "no CUDA here" before being sent
+        # to fetch its data (check_params checks the data files). Imported by name: a refusal changes no output, so
+        # editing the checks reruns no stage (tools/stage_deps.py)
+        importlib.import_module("a5core.preflight").check(parsed.params)
         check_params(parsed.params)
     except ConfigError as err:
         sys.exit(f"error: {err}\nNothing was run. Fix these values in {parsed.params} (or the -S overrides) and rerun.")
+    if getattr(parsed, "model", None):
+        _check_model_folder(parsed.model, parsed.params)
     return parsed
+
+
+def _check_model_folder(model: str, params: str) -> None:
+    """The stage's input model folder must be there: else which stage of dvc.yaml writes it (checked by name, as
+    check_params checks: a refusal changes no output)."""
+    problem = importlib.import_module("a5core.inputs").model_folder_problem(model, params)
+    if problem:
+        sys.exit(f"error: {problem}. Nothing was run.")
 
 
 def setup_torch(seed: int = 0) -> torch.device:
@@ -37,5 +88,7 @@ def setup_torch(seed: int = 0) -> torch.device:
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
-def rows(path: str, required: list[str] | None = None) -> list[dict]:
-    return read_parquet(path, required).to_pylist()
+def rows(path: str | Path, required: list[str] | tuple[str, ...]) -> list[dict]:
+    """The rows of a Parquet input, checked (columns, their record types, no nulls, unique ids, some rows) before
+    any work: a5core.records.read_rows."""
+    return read_rows(path, required)

@@ -4,6 +4,7 @@ run from its starting policy, which changes the protocol resolves, and what it c
 from __future__ import annotations
 
 from a5core.plots import Result
+from a5core.runinfo import machine_kind
 from a5core.stats import min_detectable_difference
 
 
@@ -35,7 +36,27 @@ def protocol_text(results: list[Result]) -> list[str]:
     ]
 
 
-def summary_markdown(results: list[Result], figures_rel: str, notes: list[str] | None = None) -> str:
+def made_on_text(records: list[dict]) -> list[str]:
+    """Which machine kind(s), autocast and commit(s) made the numbers, from the stages' run records (runinfo)."""
+    if not records:
+        return []
+    kinds = sorted({machine_kind(r["machine"]) for r in records if "machine" in r})
+    casts = sorted(
+        {f"{a['mode']} (bf16 {'on' if a['bf16_autocast'] else 'off'})" for r in records if (a := r.get("autocast"))}
+    )
+    commits = sorted({r.get("code_revision", "unknown") for r in records})
+    return [
+        f"Made on: {'; '.join(kinds)}. model.autocast: {', '.join(casts) or 'not recorded'}. Code: "
+        f"{', '.join(commits)} ({len(records)} stage runs; each stage's `run_record.json`). Reruns are bit-identical "
+        "on the same machine kind with the same autocast; another CPU kind, autocast setting or a GPU agrees only "
+        "within the intervals.",
+        "",
+    ]
+
+
+def summary_markdown(
+    results: list[Result], figures_rel: str, notes: list[str] | None = None, records: list[dict] | None = None
+) -> str:
     lines = [
         "# Summary",
         "",
@@ -43,6 +64,7 @@ def summary_markdown(results: list[Result], figures_rel: str, notes: list[str] |
         "",
         *protocol_text(results),
         "",
+        *made_on_text(records or []),
     ]
     lines += notes or []
     lines += [

@@ -22,6 +22,11 @@ def pad_token_id(tokenizer) -> int:
     return int(pid)
 
 
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """The prompt ids training uses (no special tokens: the template carries its own); rollouts get the same."""
+    return [list(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+
+
 def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict[str, Tensor]:
     """Tokenize each (prompt, output) pair; see the module docstring for the layout."""
     if len(prompt_strs) != len(output_strs):

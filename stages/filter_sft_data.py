@@ -6,11 +6,12 @@ from a5core.config import EvalConfig, load_section
 from a5core.data.adapters import SFT_SCHEMA
 from a5core.grader import GraderPool
 from a5core.reports import filter_report
+from a5core.runinfo import write_run_record
 from a5core.sft_data import filter_traces
 
 
 def main() -> None:
-    args = stage.args("sft", "out", "metrics", "report")
+    args = stage.args("sft", "out", "metrics", "report", "record")
     cfg = load_section(EvalConfig, "validation", args.params)
     rows = stage.rows(args.sft, SFT_SCHEMA.names)
     with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
@@ -18,8 +19,9 @@ def main() -> None:
     write_parquet(kept, args.out, provenance("filter_sft_data", cfg, {"sft": args.sft}), SFT_SCHEMA)
     write_json({k: v for k, v in stats.items() if k != "by_group"}, args.metrics)
     write_text(filter_report(rows, kept, rejected, stats), args.report)
+    write_run_record(args.record, "filter_sft_data")
     print(f"kept {stats['kept']}/{stats['total']} traces")
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

@@ -5,7 +5,7 @@ from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import EvalConfig, load_run, load_section
 from a5core.grpo import GRPOConfig, train_grpo
-from a5core.history import RunHistory
+from a5core.history import RunHistory, timings
 from a5core.pipeline import (
     Snapshots,
     Validator,
@@ -18,21 +18,23 @@ from a5core.pipeline import (
     write_results,
 )
 from a5core.prompts import REWARD_FNS
+from a5core.runinfo import write_run_record
 
 
 def main() -> None:
-    args = stage.args("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch")
+    args = stage.args("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch", "record")
     cfg = load_run(GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
-    # Each run is trained and validated with its own prompt and that prompt's reward; a run with the validation
-    # section's prompt is validated with the validation section's reward_fn (one pool when the two are the same).
+    # Each run trains on `grpo.reward_fn` (default: its prompt's reward) and is validated with its own prompt and that
+    # prompt's reward; a run with the validation section's prompt is validated with the validation section's
+    # reward_fn (one pool when the two are the same).
     validation = load_section(EvalConfig, "validation", args.params)
     val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
-    pool = grader_pool(validation, REWARD_FNS[cfg.prompt]).start()  # its imports overlap the model load
-    vpool = pool if val_reward == REWARD_FNS[cfg.prompt] else grader_pool(validation, val_reward).start()
+    pool = grader_pool(validation, cfg.train_reward).start()  # its imports overlap the model load
+    vpool = pool if val_reward == cfg.train_reward else grader_pool(validation, val_reward).start()
+    train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     start = training_start(args, cfg.seed)
-    train = stage.rows(args.train, ["unique_id", "problem", "answer"])
     inputs = {"model": args.model, "train": args.train, "validation": args.validation}
-    params = {"grpo": cfg, "validation": start.validation, "model_dtype": start.policy.dtype}
+    params = {"grpo": cfg, "train_reward": cfg.train_reward, "validation": start.validation, **start.numerics()}
     ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
     protocol = validation_protocol(start.validation, args.validation, cfg.prompt)
     history = RunHistory(args.live, args.logs, name=f"grpo@{args.run}", total_steps=0, cfg=start.logging)
@@ -63,6 +65,7 @@ def main() -> None:
     )
     write_results(args.metrics, final, initial, **summary)
     ckpt.clear()
+    write_run_record(args.record, f"grpo@{args.run}", **timings(summary))
     print(
         f"grpo@{args.run}: validation accuracy {final.metrics['accuracy']:.3f} (best {summary['best_accuracy']:.3f} "
         f"at optimizer step {summary['best_step']})"
@@ -70,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

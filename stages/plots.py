@@ -1,13 +1,24 @@
 """Stage plots: figures for every configured run, reports/summary.md ."""
 
 import os
+import re
 from pathlib import Path
 
 from a5core import stage
 from a5core.artifacts import write_text
 from a5core.config import read_params
 from a5core.plots import make_plots
+from a5core.runinfo import RECORD_FILE, read_run_record
 from a5core.summary import summary_markdown
+
+
+def dag_stages(runs: dict, grpo: dict, ei_last: str) -> set[str]:
+    """The stage names of the configured DAG: the summary's "Made on" line counts only their run records."""
+    rounds = int(re.search(r"round_(\d+)", ei_last).group(1))
+    ei = {f"ei_round_{k}@{r}" for r in runs["ei"] for k in range(1, rounds + 1)}
+    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei} | {
+        f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
+    }
 
 
 def main() -> None:
@@ -16,9 +27,12 @@ def main() -> None:
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
     results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei)
-    write_text(summary_markdown(results, os.path.relpath(args.figures, Path(args.summary).parent)), args.summary)
+    dag = dag_stages(runs, grpo, args.ei)
+    records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
+    figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
+    write_text(summary_markdown(results, figures_rel, records=records), args.summary)
     print(f"{len(results)} rows in {args.summary}")
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

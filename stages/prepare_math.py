@@ -5,6 +5,7 @@ from a5core.artifacts import provenance, write_json, write_parquet
 from a5core.config import DataConfig, load_section
 from a5core.data.adapters import PROBLEM_SCHEMA, SFT_SCHEMA
 from a5core.data.prepare import prepare
+from a5core.runinfo import write_run_record
 
 
 def columns(rows: list[dict], schema) -> list[dict]:
@@ -12,7 +13,7 @@ def columns(rows: list[dict], schema) -> list[dict]:
 
 
 def main() -> None:
-    args = stage.args("train", "validation", "sft", "report")
+    args = stage.args("train", "validation", "sft", "report", "record")
     cfg = load_section(DataConfig, "data", args.params)
     splits, report = prepare(cfg)
     prov = provenance("prepare_math", cfg)
@@ -20,8 +21,9 @@ def main() -> None:
     write_parquet(columns(splits["validation"], PROBLEM_SCHEMA), args.validation, prov, PROBLEM_SCHEMA)
     write_parquet(columns(splits["sft"], SFT_SCHEMA), args.sft, prov, SFT_SCHEMA)
     write_json(report, args.report)
+    write_run_record(args.record, "prepare_math")
     print(report)
 
 
 if __name__ == "__main__":
-    main()
+    stage.run(main)  # the project's own errors end in one line

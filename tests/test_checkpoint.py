@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from a5core.checkpoint import Checkpointer, clear_scratch
-from tests.test_smoke_dag import ok, scratch_repo
+from tests.test_smoke_dag import ok, scratch_repo, tree_digest
 
 
 class Payload:
@@ -95,6 +95,8 @@ def _sft_cmd(run: str, out: str) -> list[str]:
         f"results/{out}/logs",
         "--scratch",
         f"scratch/{run}",
+        "--record",
+        f"results/{out}/run_record.json",
         "--params",
         "kill.yaml",
     ]
@@ -125,6 +127,10 @@ def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
     ok(subprocess.run(_sft_cmd("killed", "killed"), cwd=work, env=env, capture_output=True, text=True))
     ref, resumed = work / "models" / "ref" / "model.safetensors", work / "models" / "killed" / "model.safetensors"
     assert _sha(resumed) == _sha(ref)
+    # every artifact, byte for byte: the model folder (provenance.json included) and the results but the run record
+    assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")
+    assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
+    assert (work / "results" / "killed" / "run_record.json").exists()
     assert (work / "results" / "killed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
     assert not (work / "scratch").exists()
     # a checkpoint truncated as by a full disk: the run warns, restarts from scratch, and still ends identical

@@ -41,7 +41,7 @@ def test_plots_stage_does_not_depend_on_training_code_and_vice_versa():
 
 def test_eval_params_belong_to_the_zero_shot_eval_only():
     for name, stage in _stages().items():
-        params = [p.split(".")[0] for p in _body(stage).get("params", [])]
+        params = [p.split(".")[0] for p in _body(stage).get("params", []) if isinstance(p, str)]
         assert ("eval" in params) == (name == "baseline_eval"), name
 
 
@@ -79,3 +79,17 @@ def test_ei_rounds_form_a_chain_and_the_plots_read_the_last_round():
         )
     last = f"round_{rounds[-1]}"
     assert f"--ei results/ei/{{run}}/{last} " in stages["plots"]["cmd"]
+
+
+def test_every_profile_has_every_param_a_stage_depends_on():
+    """DVC refuses a stage whose `params:` names a key missing from params.yaml ("Parameters ... are missing"), so
+    every profile must set every dotted key a stage lists (section names and per-run keys are whole sections)."""
+    keys = {
+        p for stage in _stages().values() for p in _body(stage).get("params", []) if isinstance(p, str) and "." in p
+    }
+    keys = {k for k in keys if "$" not in k}
+    assert {"model.dtype", "model.autocast"} <= keys
+    for profile in sorted((ROOT / "conf" / "profile").glob("*.yaml")):
+        params = yaml.safe_load(profile.read_text())
+        missing = [k for k in sorted(keys) if k.split(".")[1] not in (params.get(k.split(".")[0]) or {})]
+        assert not missing, (profile.name, missing)

@@ -179,32 +179,6 @@ def test_generation_entropies_equal_a_teacher_forced_pass(tiny):
     assert response_entropies(model, tok, bare, limit=2)[2:] == [None, None]
 
 
-def test_autocast_only_for_float32_weights():
-    """bf16 weights get no autocast (it only adds casts; see autocast_context); float32 weights get it when asked."""
-    from a5core.generation.hf import autocast_context
-
-    fp32, bf16 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(torch.bfloat16)
-    with autocast_context(bf16, "bfloat16"):
-        assert not torch.is_autocast_enabled("cpu")
-    with autocast_context(fp32, "bfloat16"):
-        assert torch.is_autocast_enabled("cpu")
-    with autocast_context(fp32, "float32"):
-        assert not torch.is_autocast_enabled("cpu")
-
-
-@pytest.mark.parametrize("fast_bf16", [False, True])
-def test_autocast_auto_follows_the_cpu_for_float32_weights(monkeypatch, fast_bf16):
-    """The CPU default ("auto", float32 weights): autocast exactly where the CPU has native bf16, as before."""
-    from a5core.generation import hf
-
-    monkeypatch.setattr(hf, "cpu_has_fast_bf16", lambda: fast_bf16)
-    with hf.autocast_context(torch.nn.Linear(2, 2)):
-        assert torch.is_autocast_enabled("cpu") is fast_bf16
-    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
-    with hf.autocast_context(mixed):
-        assert torch.is_autocast_enabled("cpu") is fast_bf16
-
-
 def test_engine_placement_per_layout():
     """two_gpu: the engine on the second GPU (and refused with one); one_gpu: sleep mode on the first; CPU: no GPU."""
     two, one = GenerationConfig(backend="vllm", layout="two_gpu"), GenerationConfig(backend="vllm", layout="one_gpu")

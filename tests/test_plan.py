@@ -55,7 +55,7 @@ def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
     assert plan.worst_case(yaml.safe_load(_full(tmp_path).read_text())) == (2, 1800)
     two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
     assert two_gpu[0].total == pytest.approx(25.6, abs=0.05) and two_gpu[1].total == pytest.approx(68.0)
-    fp32 = _full(tmp_path, model__dtype="float32", generation__layout="one_gpu")
+    fp32 = _full(tmp_path, model__dtype="float32", model__weight_update="nearest", generation__layout="one_gpu")
     lines, fits = plan.report(fp32, 80, tmp_path / "no-model")
     assert not fits and "Refused" in lines[-1]
     r = subprocess.run(

@@ -4,6 +4,7 @@ GRPO and plots re-run), `dvc plots diff` against the baseline, `dvc exp run -S` 
 and plots re-run), the results a fresh clone shows without running anything, and the cache links (one copy of each
 model)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -48,6 +49,18 @@ def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
     assert run("git", "init", "-q").returncode == 0
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "smoke").returncode == 0
     return work, run
+
+
+VOLATILE = ("run_record.json", "timing_")  # a5core/runinfo.py, history.py: the only files allowed to differ
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under `root` but the volatile records (and bytecode)."""
+    return {
+        str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and not f.name.startswith(VOLATILE) and "__pycache__" not in f.parts
+    }
 
 
 def ran_stages(r) -> set[str]:
@@ -113,13 +126,17 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert "up to date" in r.stdout, r.stdout
     r = run("dvc", "repro", "--dry")
     assert "Running stage" not in r.stdout, r.stdout
+    check_reruns_change_nothing(work, run, tmp_path)
     check_stage_profile(work, run)
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.learning_rate=3e-6")  # the README's form
     ok(r)
-    assert ran_stages(r) == {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy", "plots"}, ran_stages(
-        r
-    )
+    assert ran_stages(r) - {"check_params"} == {
+        "grpo@reinforce_baseline",
+        "grpo@no_baseline",
+        "grpo@clip_offpolicy",
+        "plots",
+    }, ran_stages(r)
     rounds = (work / "results" / "ei" / "G2" / "round_5" / "logs" / "rounds.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the start
     r = run("dvc", "plots", "diff", "HEAD", "--json")
@@ -133,8 +150,45 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     ok(run("dvc", "checkout"))
     r = run("dvc", "exp", "run", "-S", "eval.max_tokens=12")
     ok(r)
-    assert ran_stages(r) == {"baseline_eval", "plots"}, ran_stages(r)
+    assert ran_stages(r) - {"check_params"} == {"baseline_eval", "plots"}, ran_stages(r)
     check_readme_recipes(work, run)
+
+
+def artifacts(work: Path) -> dict[str, str]:
+    return {
+        f"{top}/{k}": v for top in ("models", "data", "results", "reports") for k, v in tree_digest(work / top).items()
+    }
+
+
+CLONE2_OUTPUTS = ("models/base/", "data/prepared/", "results/baseline/")  # what `dvc repro baseline_eval` writes
+
+
+def check_reruns_change_nothing(work: Path, run, tmp_path: Path) -> None:
+    """Every output is a pure function of its inputs: a forced rerun writes the same bytes and invalidates nothing
+    below it, a comment-only edit reruns only the stage that imports the module, and a second clone of the same
+    commit writes the same artifacts (protocol hashes included)."""
+    before = artifacts(work)
+    for stage in ("prepare_math", "sft@filtered", "ei_round_1@G2"):
+        r = run("dvc", "repro", "--single-item", "--force", stage)
+        ok(r)
+        assert ran_stages(r) == {stage}, ran_stages(r)
+        assert "up to date" in run("dvc", "status").stdout, (stage, run("dvc", "status").stdout)
+        changed = {k for k in before.keys() | artifacts(work).keys() if before.get(k) != artifacts(work).get(k)}
+        assert not changed, (stage, sorted(changed))
+    assert json.loads((work / "results" / "ei" / "G2" / "round_1" / "run_record.json").read_text())["machine"]
+    prepare = work / "a5core" / "data" / "prepare.py"
+    original = prepare.read_text()
+    prepare.write_text(original + "# a comment-only edit\n")
+    r = run("dvc", "repro")
+    ok(r)
+    assert ran_stages(r) == {"prepare_math"}, ran_stages(r)
+    prepare.write_text(original)
+    ok(run("dvc", "repro"))
+    other, run2 = scratch_repo(tmp_path / "clone2", "smoke")
+    ok(run2("dvc", "repro", "baseline_eval"))
+    theirs = {k: v for k, v in artifacts(other).items() if k.startswith(CLONE2_OUTPUTS)}
+    assert {"results/baseline/validation.json", "models/base/provenance.json"} <= theirs.keys()
+    assert all(before[k] == v for k, v in theirs.items()), sorted(k for k in theirs if before.get(k) != theirs[k])
 
 
 def check_stage_profile(work: Path, run) -> None:

@@ -2,28 +2,64 @@
 
 Marked `vllm_engine` (`pytest -m vllm_engine` runs them). A missing engine fails these tests: nothing here is faked.
 One engine serves the module (it takes ~20 s to start); tests that change its weights put the originals back.
+The tiny Llama has biases on its projections (as Qwen2's q/k/v have): the CPU build repacks linear weights away but
+keeps the fused biases, so the exact check's concatenation of q/k/v and gate/up is exercised on the real engine.
+Its tokenizer adds a BOS to text (as Llama's does), so every test also checks that rollouts use training's ids.
 """
 
 import copy
+import logging
 
 import pytest
 import torch
+from tokenizers import processors
+from transformers import LlamaForCausalLM
 
 from a5core.config import GenerationConfig, SamplingConfig
 from a5core.generation import vllm as vllm_backend
+from a5core.generation import vllm_weights
 from a5core.generation.hf import HFBackend
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
 from a5core.prompts import build_prompt
+from a5core.tokenization import tokenize_prompt_and_output
 
 pytestmark = pytest.mark.vllm_engine
 
 PROMPTS = [build_prompt("Compute 1 + 2."), build_prompt("Solve for x: 3x = 9."), build_prompt("What is 7 * 8?")]
 
 
+NO_OP = {"absent": [], "not_loaded": []}  # what a reload that loads nothing and reports nothing returns
+
+
+def bos_tokenizer(tok):
+    """A copy of the tiny tokenizer that adds a BOS (its one special token) to every text it encodes."""
+    bos = copy.deepcopy(tok)
+    bos.bos_token = tok.eos_token
+    bos.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos.bos_token} $A", pair=f"{bos.bos_token} $A $B", special_tokens=[(bos.bos_token, bos.bos_token_id)]
+    )
+    return bos
+
+
+def biased(model):
+    """The model with random biases on q/k/v/o and the MLP's projections (eval mode)."""
+    config = copy.deepcopy(model.config)
+    config.attention_bias, config.mlp_bias = True, True
+    torch.manual_seed(1)
+    out = LlamaForCausalLM(config)
+    out.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        for name, p in out.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    return out.eval()
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory, sharp):
-    """(backend, policy, tokenizer): an engine built from the saved sharp tiny model, and that model."""
-    model, tok = sharp
+    """(backend, policy, tokenizer): an engine built from the saved sharp tiny model (biased, with a BOS-adding
+    tokenizer), and that model and tokenizer."""
+    model, tok = biased(sharp[0]), bos_tokenizer(sharp[1])
     folder = tmp_path_factory.mktemp("engine_model")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -158,7 +194,7 @@ def test_a_sync_that_does_not_reach_the_engine_raises(engine, restore, monkeypat
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(torch.randn_like(p) * p.std())
-    monkeypatch.setattr(vllm_backend, "_reload_on_worker", lambda worker, weights: True)  # a silent no-op
+    monkeypatch.setattr(vllm_backend, "reload_on_worker", lambda worker, weights: NO_OP)  # a silent no-op
     with pytest.raises(WeightSyncError, match="not running the policy's weights"):
         backend.sync_weights(policy)
 
@@ -169,10 +205,10 @@ def test_a_small_step_the_engine_missed_is_caught_exactly(engine, restore, monke
     backend, _, _ = engine
     policy = restore
     weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
-    assert backend.verify_exact(weights) >= 4  # the CPU build keeps the norms and embeddings in the policy's layout
+    assert backend.verify_exact(weights) == 14  # CPU: embedding, 5 norms, 2 x (qkv, o, gate_up, down) biases
     with torch.no_grad():
         policy.model.norm.weight.mul_(1 + 1e-5)
-    monkeypatch.setattr(vllm_backend, "_reload_on_worker", lambda worker, weights: True)  # a silent no-op
+    monkeypatch.setattr(vllm_backend, "reload_on_worker", lambda worker, weights: NO_OP)  # a silent no-op
     assert backend.verify(policy) < backend.cfg.sync_tolerance
     with pytest.raises(WeightSyncError, match=r"1 engine parameters differ .*model\.norm\.weight"):
         backend.sync_weights(policy)
@@ -195,3 +231,115 @@ def test_hf_and_engine_agree_on_greedy_ids(engine):
     hf = HFBackend(model, tok, batch_size=8).generate(PROMPTS, _greedy(12), progress=False)
     eng = backend.generate(PROMPTS, _greedy(12), progress=False)
     assert [c[0].token_ids for c in hf] == [c[0].token_ids for c in eng]
+
+
+def _weights(policy) -> list:
+    return [(name, t.detach()) for name, t in policy.state_dict().items()]
+
+
+def test_rollouts_get_the_prompt_ids_training_uses(engine, monkeypatch):
+    """The tokenizer adds a BOS to text, as vLLM would to a text prompt; training encodes without it, and so must
+    the engine's requests: the ids it ran on are training's, for generation and for prompt log-probs."""
+    backend, model, tok = engine
+    assert backend.llm.get_tokenizer()(PROMPTS[0])["input_ids"][0] == tok.bos_token_id  # the engine would add it
+    ran, generate = [], backend.llm.generate
+
+    def recording(*args, **kwargs):
+        outputs = generate(*args, **kwargs)
+        ran.extend(list(o.prompt_token_ids) for o in outputs)
+        return outputs
+
+    monkeypatch.setattr(backend.llm, "generate", recording)
+    out = backend.generate(PROMPTS, _greedy(6), progress=False)
+    training = tokenize_prompt_and_output(PROMPTS, [c[0].text for c in out], tok)
+    for i, ids in enumerate(ran):
+        n_prompt = int(training["response_mask"][i].nonzero()[0]) + 1  # label t is output token t + 1
+        assert ids == training["input_ids"][i, :n_prompt].tolist() and ids[0] != tok.bos_token_id
+    assert backend.verify(model) < 1e-4  # the probe's prompt log-probs: ids in, no BOS added
+
+
+def test_the_exact_check_refuses_to_compare_too_few(engine):
+    backend, model, _ = engine
+    renamed = [("base_model." + name, t) for name, t in _weights(model)]  # nothing matches an engine name
+    with pytest.raises(WeightSyncError, match=r"on layout cpu compared 0 of the engine's 22 parameters, fewer than"):
+        backend.verify_exact(renamed)
+    no_norms = [(name, t) for name, t in _weights(model) if not name.endswith("norm.weight")]
+    with pytest.raises(WeightSyncError, match=r"compared 9 .* fewer than the 14 it requires"):
+        backend.verify_exact(no_norms)
+
+
+@pytest.mark.parametrize(
+    ("changed", "fused"),
+    [("self_attn.k_proj.bias", "self_attn.qkv_proj.bias"), ("mlp.up_proj.bias", "mlp.gate_up_proj.bias")],
+)
+def test_a_fused_projection_that_differs_is_caught(engine, changed, fused):
+    """The engine's fused bias is compared with torch.cat of the policy's parts: one part off by one small step."""
+    backend, model, _ = engine
+    assert backend.verify_exact(_weights(model)) == 14
+    policy = copy.deepcopy(model)
+    with torch.no_grad():
+        policy.get_parameter(f"model.layers.1.{changed}").mul_(1 + 1e-5)
+    with pytest.raises(WeightSyncError, match=rf"1 engine parameters differ .*model\.layers\.1\.{fused}"):
+        backend.verify_exact(_weights(policy))
+
+
+def test_an_update_missing_a_tensor_is_refused_before_loading(engine):
+    backend, model, _ = engine
+    partial = [(name, t) for name, t in _weights(model) if name != "model.layers.0.self_attn.k_proj.weight"]
+    with pytest.raises(WeightSyncError, match=r"no tensor for engine parameters \['model\.layers\.0\.self_attn\.qkv"):
+        backend.load_weights(partial)
+
+
+def test_what_vllm_did_not_load_is_reported_even_with_its_logging_off(engine, restore):
+    """Past the backend's own check, a weight vLLM's reload never reached is returned from the worker: from the
+    loaded-names set and from vLLM's warnings, which are caught even when VLLM's log level hides them."""
+    backend, _, _ = engine
+    no_norm = [(name, t) for name, t in _weights(restore) if name != "model.norm.weight"]
+    quiet, level = logging.getLogger("vllm"), logging.getLogger("vllm").level
+    quiet.setLevel(logging.ERROR)
+    try:
+        (report,) = backend.llm.collective_rpc(vllm_weights.load_and_report, args=(no_norm,))
+    finally:
+        quiet.setLevel(level)
+    assert report[0] == "model.norm.weight"
+    assert any("Following weights were not loaded" in m and "model.norm.weight" in m for m in report[1:])
+
+
+def test_a_prefix_cache_that_was_not_reset_is_an_error(engine, restore):
+    """vLLM refuses to reset the prefix cache while a request holds KV blocks, and returns False."""
+    backend, _, tok = engine
+    engine_core = backend.llm.llm_engine
+    params = backend.vllm.SamplingParams(max_tokens=64, min_tokens=64, temperature=0.0)
+    ids = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
+    rid = engine_core.add_request("running", backend.vllm.TokensPrompt(prompt_token_ids=ids), params)
+    engine_core.step()  # scheduled: it now holds KV blocks
+    try:
+        with pytest.raises(WeightSyncError, match="prefix cache was not reset"):
+            backend.sync_weights(restore)
+    finally:
+        engine_core.abort_request([rid])
+        while engine_core.has_unfinished_requests():
+            engine_core.step()
+
+
+def test_sampled_token_log_probs_are_the_policys(engine):
+    """GRPO's truncated importance sampling weighs each token by pi_train / pi_rollout: the engine's log-prob of
+    each sampled id (raw, untempered) must be the policy's own, up to the kernels' numerics."""
+    from a5core.logprobs import get_response_log_probs
+    from a5core.tokenization import encode_prompts, tokenize_ids
+
+    backend, model, tok = engine
+    sampling = SamplingConfig(temperature=0.7, max_tokens=10, min_tokens=2, stop=("</answer>",), n=2, seed=5)
+    out = backend.generate(PROMPTS, sampling, progress=False)
+    for prompt_ids, completions in zip(encode_prompts(tok, PROMPTS), out):
+        b = tokenize_ids([prompt_ids] * 2, [list(c.token_ids) for c in completions], tok.pad_token_id)
+        with torch.no_grad():
+            lp = get_response_log_probs(model, b["input_ids"], b["labels"])["log_probs"]  # (2, T)
+        for j, c in enumerate(completions):
+            assert len(c.token_logprobs) == len(c.token_ids)
+            assert c.token_logprobs == pytest.approx(lp[j][b["response_mask"][j]].tolist(), abs=1e-3)
+    plain = backend.request_params(sampling, len(PROMPTS))
+    for params in plain:
+        params.logprobs = None  # asking for the log-probs does not change what is sampled
+    raw = backend.llm.generate(backend.token_prompts(PROMPTS), plain, use_tqdm=False)
+    assert [[c.token_ids for c in cs] for cs in out] == [[tuple(o.token_ids) for o in r.outputs] for r in raw]

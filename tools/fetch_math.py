@@ -2,6 +2,11 @@
 and `pip install -e '.[data]'`):
 
     python -m tools.fetch_math --out data/external/math
+    python -m tools.fetch_math --out data/external/math --source-dir DIR   # local copies in the Hub's layout
+
+`--source-dir DIR` reads each dataset from `DIR/<owner>/<name>` instead of the Hub: a folder laid out as the dataset's
+repository (its README.md `configs:` and parquet files), loaded through the same `datasets.load_dataset`
+(tests/test_fetch_math.py runs the tool this way on a small fixture; the revision is then the copy's own).
 
 - train.jsonl / validation.jsonl: MATH (Hendrycks et al., 2021) from `EleutherAI/hendrycks_math` at a pinned commit:
   its seven subject configs, 7,500 train and 5,000 test problems (the handout's "validation" set is the test split),
@@ -80,6 +85,22 @@ def trace_rows(load_dataset, max_chars: int, limit: int) -> list[dict]:
     return rows
 
 
+def hub_loader(source_dir: str | None):
+    """`datasets.load_dataset` for the Hub, or for local copies of its repositories under `source_dir`."""
+    from datasets import load_dataset
+
+    if source_dir is None:
+        return load_dataset
+
+    def local(name: str, config: str, split: str, revision: str):
+        folder = Path(source_dir) / name
+        if not folder.is_dir():
+            raise SystemExit(f"error: --source-dir has no {folder} (a copy of the Hub's {name} at {revision})")
+        return load_dataset(str(folder), config, split=split)
+
+    return local
+
+
 def write_jsonl(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -91,9 +112,10 @@ def main(argv: list[str] | None = None, load_dataset=None) -> None:
     parser.add_argument("--out", default="data/external/math")
     parser.add_argument("--sft-max-chars", type=int, default=6000, help="longest reasoning kept (about 1,500 tokens)")
     parser.add_argument("--sft-limit", type=int, default=20000, help="traces written")
+    parser.add_argument("--source-dir", help="read DIR/<owner>/<name> (the Hub's layout) instead of the Hub")
     args = parser.parse_args(argv)
     if load_dataset is None:
-        from datasets import load_dataset
+        load_dataset = hub_loader(args.source_dir)
     out = Path(args.out)
     write_jsonl(math_rows(load_dataset, "train"), out / "train.jsonl")
     write_jsonl(math_rows(load_dataset, "test"), out / "validation.jsonl")

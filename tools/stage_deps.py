@@ -8,7 +8,8 @@ lists exactly these, so editing a module reruns the stages that use it and no ot
 to the plots reruns only the plots, a change to GRPO only the GRPO stages).
 Imports inside functions count (they run when the function does). Dynamic imports are not seen: the configured
 reward function (in a5core.grader, which every grading stage imports anyway), and the section classes that
-`config.check_params` loads only to validate the params file, which changes no output.
+`config.check_params` loads only to validate the params file, and the pre-flight (a5core/preflight.py and the
+plan it runs), both of which only refuse and change no output.
 """
 
 from __future__ import annotations
@@ -90,8 +91,10 @@ def ei_round_block(k: int) -> str:
         --train data/prepared/train.parquet --validation data/prepared/validation.parquet --out models/ei_${{key}}/{r}
         --rollouts {res}/rollouts.parquet --metrics {res}/metrics.json --report {res}/report.md --live {res}/live
         --logs {res}/logs --initial_out {res}/initial.json --scratch scratch/ei_${{key}}/{r}
+        --record {res}/run_record.json
       deps: [{code}, "{start}",{history_dep} data/prepared/train.parquet, data/prepared/validation.parquet]
-      params: [ei, "ei_runs.${{key}}", sft, validation, generation, logging, model.dtype]
+      params: [ei, "ei_runs.${{key}}", sft, validation, generation, logging, model.dtype, model.autocast,
+        model.weight_update]
       outs: ["models/ei_${{key}}/{r}", "{res}/rollouts.parquet", {{"{res}/logs": {{cache: false}}}},
         {{"{res}/live/metrics.json": {{cache: false}}}}, {{"{res}/report.md": {{cache: false}}}},
         {{"{res}/initial.json": {{cache: false}}}}, {{"{res}/details.json": {{cache: false}}}}]

@@ -5,8 +5,8 @@ the hub) and the field. Text fields must be strings; answers may be strings or n
 becomes its integer digits, others their shortest repr; NaN, infinities, booleans, lists and dicts are refused); an
 SFT record needs a ground truth (its own field, or a \\boxed{} / <answer> in the response); files and fields have size
 caps (MAX_FILE_BYTES, MAX_FIELD_CHARS). Schemas:
-- problems: unique_id, problem, answer, solution, subject, level, source
-- sft: unique_id, prompt, response, ground_truth (+ subject, level, source)
+- problems (a5core.records.Problem): unique_id, problem, answer, solution, subject, level, source
+- sft (a5core.records.SFTTrace): unique_id, prompt, response, ground_truth (+ subject, level, source)
 """
 
 from __future__ import annotations
@@ -15,17 +15,12 @@ import json
 import math
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from a5core.grader.reward import boxed_contents
+from a5core.records import PROBLEM_SCHEMA, SFT_SCHEMA, DataError  # the row types (Problem, SFTTrace) live there
 
-PROBLEM_SCHEMA = pa.schema(
-    [(n, pa.string()) for n in ("unique_id", "problem", "answer", "solution", "subject", "level", "source")]
-)
-SFT_SCHEMA = pa.schema(
-    [(n, pa.string()) for n in ("unique_id", "prompt", "response", "ground_truth", "subject", "level", "source")]
-)
+__all__ = ["PROBLEM_SCHEMA", "SFT_SCHEMA", "DataError", "load_problems", "load_sft"]
 
 
 MAX_FILE_BYTES = 2 * 1024**3  # a JSONL/Parquet data file
@@ -37,10 +32,6 @@ MAX_FIELD_CHARS = {
     "response": 200_000,
     "ground_truth": 1_000,
 }
-
-
-class DataError(ValueError):
-    """Bad input data; the message names file, line and field."""
 
 
 def _check_file(path: Path) -> None:

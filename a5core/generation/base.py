@@ -17,12 +17,15 @@ class Completion:
 
     `token_entropies`: entropy (nats) of the policy's untempered next-token distribution at each generated
     token, when the backend computes it while sampling (hf); None where it does not (vLLM).
+    `token_logprobs`: the engine's own log-prob of each sampled token under that untempered distribution (hf from
+    its sampling logits, vLLM's raw logprobs), for GRPO's truncated importance sampling; None when not returned.
     """
 
     text: str
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     token_entropies: tuple[float, ...] | None = None
+    token_logprobs: tuple[float, ...] | None = None
 
 
 class Backend(Protocol):

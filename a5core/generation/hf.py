@@ -2,8 +2,8 @@
 
 A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
-little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast on CUDA and where
-the CPU has native bf16. With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the
+little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast as `model.autocast`
+says (a5core/autocast.py). With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the
 policy object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
 distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
 
@@ -15,39 +15,15 @@ samples, and a prompt's completion does not depend on which other prompts share 
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 
 import torch
 from tqdm.auto import tqdm
 
+from a5core.autocast import autocast_context
 from a5core.config import SamplingConfig
 from a5core.generation.base import Completion, request_seed, truncate_at_stop
 from a5core.logprobs import compute_entropy
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_has_fast_bf16() -> bool:
-    """True on CPUs with native bf16 matmul (AMX or AVX512-BF16); elsewhere bf16 autocast is slower."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def autocast_context(model, dtype_pref: str = "auto"):
-    """bf16 autocast for a model with float32 weights where bf16 is fast (CUDA, or CPUs with AMX/AVX512-BF16); a no-op
-    context otherwise. A model whose weights are all bf16 (the full profile on GPU) runs every matmul in bf16 already
-    and trains without autocast, as in the handout; autocast would only add casts. (Whether those casts cost time on
-    a GPU was not isolated: the one A/B on an H200, reports/README.md, was confounded by warm-up.)"""
-    params = list(model.parameters())
-    if not any(p.dtype == torch.float32 for p in params):
-        return contextlib.nullcontext()
-    device = params[0].device
-    use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and (device.type == "cuda" or cpu_has_fast_bf16()))
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
 
 
 def sample_next(
@@ -163,9 +139,10 @@ class HFBackend:
         ids, mask, pos, cache = self._batch_inputs(suffixes, prefix_cache, p, device)
         b, eos = len(suffixes), self.tokenizer.eos_token_id
         new: list[list[int]] = [[] for _ in range(b)]
-        # the entropy of the distribution each new token came from (before min_tokens masking and temperature,
-        # as training sees it)
+        # the entropy of the distribution each new token came from, and the new token's log-prob under it (before
+        # min_tokens masking and temperature, as training sees it)
         ents: list[list[float]] = [[] for _ in range(b)]
+        lps: list[list[float]] = [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
         with autocast_context(self.model, self.dtype):
@@ -179,15 +156,18 @@ class HFBackend:
             )
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
-                ent = compute_entropy(logits).tolist()  # (a,)
+                ent, lse = compute_entropy(logits).tolist(), torch.logsumexp(logits, dim=-1)  # (a,) each
                 if t < sampling.min_tokens and eos is not None:
                     logits[:, eos] = float("-inf")
                 nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
                 uniforms = torch.cat([torch.rand(1, generator=streams[r]) for r in alive.tolist()])  # (a,)
-                nxt[alive] = sample_next(logits, sampling.temperature, sampling.top_p, uniforms).cpu()
+                picked = sample_next(logits, sampling.temperature, sampling.top_p, uniforms)  # (a,)
+                nxt[alive] = picked.cpu()
+                lp = (logits.gather(-1, picked.view(-1, 1).to(logits.device)).squeeze(-1) - lse).tolist()  # (a,)
                 for j, r in enumerate(alive.tolist()):
                     new[r].append(int(nxt[r]))
                     ents[r].append(ent[j])
+                    lps[r].append(lp[j])
                     done[r] = self._finished(new[r], sampling, eos)
                 if bool(done.all()) or t + 1 == sampling.max_tokens:
                     break
@@ -205,7 +185,7 @@ class HFBackend:
                     use_cache=True,
                     logits_to_keep=1,
                 )
-        return [self._completion(x, e, sampling) for x, e in zip(new, ents)]
+        return [self._completion(x, e, sampling, lp) for x, e, lp in zip(new, ents, lps)]
 
     def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
         if eos is not None and ids[-1] == eos:
@@ -215,7 +195,9 @@ class HFBackend:
         tail = self.tokenizer.decode(ids[-self.STOP_TAIL_TOKENS :], skip_special_tokens=True)
         return any(s in tail for s in sampling.stop)
 
-    def _completion(self, new_ids: list[int], entropies: list[float], sampling: SamplingConfig) -> Completion:
+    def _completion(
+        self, new_ids: list[int], entropies: list[float], sampling: SamplingConfig, logprobs: list[float] | None = None
+    ) -> Completion:
         """The sampled ids as they are (generation already stopped at EOS or at the token completing a stop string);
         the text is their decoding, cut right after the earliest stop string, as vLLM's include_stop_str_in_output."""
         eos = self.tokenizer.eos_token_id
@@ -224,6 +206,6 @@ class HFBackend:
         text, stopped = truncate_at_stop(self.tokenizer.decode(new_ids, skip_special_tokens=True), sampling.stop)
         ended_by_eos = bool(new_ids) and new_ids[-1] == eos
         reason = "stop" if (stopped or ended_by_eos) else "length"
-        return Completion(
-            text=text, token_ids=tuple(new_ids), finish_reason=reason, token_entropies=tuple(entropies[: len(new_ids)])
-        )
+        n = len(new_ids)
+        logprobs = None if logprobs is None else tuple(logprobs[:n])
+        return Completion(text, tuple(new_ids), reason, tuple(entropies[:n]), logprobs)

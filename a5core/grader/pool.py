@@ -63,6 +63,10 @@ class RewardFnError(ValueError):
     """A reward-function path that does not name a callable `module:function`."""
 
 
+class GraderStartError(RuntimeError):
+    """A grader worker died or hung while starting (importing the reward function, warming up)."""
+
+
 def load_reward_fn(path: str) -> Callable:
     """Import `module:function`; a clear error when it is not there."""
     module, sep, name = path.partition(":")
@@ -91,9 +95,10 @@ def detailed_grader(path: str) -> Callable[[str, object], dict]:
     fn = load_reward_fn(path)
 
     def custom(r, g):
-        out = {k: float(v) for k, v in fn(r, g).items()}
+        from a5core.grader.reward import reward_mapping
+
         return {
-            **out,
+            **reward_mapping(fn(r, g)),
             "status": "custom",
             "extracted": None,
             "normalized_pred": None,
@@ -315,7 +320,7 @@ class GraderPool:
             msg = slot.conn.recv()
         except (EOFError, OSError):
             if slot.state == "starting":
-                raise RuntimeError(f"grader worker for {self.path} died during start-up") from None
+                raise GraderStartError(f"grader worker for {self.path} died during start-up") from None
             results[slot.item] = failed("rejected_input", "grader worker died (memory limit?)")
             bar.update(1)
             self._restart(slot)
@@ -333,7 +338,7 @@ class GraderPool:
 
     def _expire(self, slot: _Slot, results: list, bar) -> None:
         if slot.state == "starting":
-            raise RuntimeError(f"grader worker for {self.path} did not start within {STARTUP_TIMEOUT_S}s")
+            raise GraderStartError(f"grader worker for {self.path} did not start within {STARTUP_TIMEOUT_S}s")
         results[slot.item] = timeout_result(self.path, *slot.payload, f"over {self.timeout_s}s")
         bar.update(1)
         self._restart(slot)

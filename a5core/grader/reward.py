@@ -12,6 +12,7 @@ are normalized, screened and parsed by our own code (a5core.grader.parse; no eva
 from __future__ import annotations
 
 import logging
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -72,6 +73,26 @@ class GradeResult:
 
 class GroundTruthError(ValueError):
     """A ground truth that cannot be normalized and screened; the message gives the reason."""
+
+
+REWARD_KEYS = ("format_reward", "answer_reward", "reward")
+
+
+def reward_mapping(out) -> dict[str, float]:
+    """What a custom reward function returned, as the three rewards; ValueError unless it is a mapping with each of
+    REWARD_KEYS a finite number in [0, 1] (a reward outside it would silently rescale GRPO's advantages)."""
+    if not hasattr(out, "keys") or not hasattr(out, "__getitem__"):
+        raise ValueError(f"returned {type(out).__name__} {str(out)[:60]!r}, not a mapping of {list(REWARD_KEYS)}")
+    missing = [k for k in REWARD_KEYS if k not in out]
+    if missing:
+        raise ValueError(f"returned a mapping without {missing} (keys: {list(out.keys())[:6]})")
+    rewards = {}
+    for k in REWARD_KEYS:
+        v = out[k]
+        if not isinstance(v, numbers.Real) or not 0.0 <= float(v) <= 1.0:  # NaN fails too; numpy scalars are Real
+            raise ValueError(f"returned {k}={v!r}; each reward must be a finite number in [0, 1]")
+        rewards[k] = float(v)
+    return rewards
 
 
 def check_ground_truth(gt: str) -> str:

@@ -1,0 +1,158 @@
+"""What the params and a stage's arguments point at, checked before any work: the data files named by `data.*source`
+can be read, each `init_policy` is a model folder that exists or that a stage of dvc.yaml writes, a stage's input
+model folder is there (else: which stage to run first), and a custom `reward_fn` keeps the reward contract.
+
+`config.check_params` and `stage.args` load this module by name: a refusal changes no output, so editing these checks
+reruns no stage (tools/stage_deps.py). The reward contract: `reward_fn(response, ground_truth)` returns a mapping with
+`format_reward`, `answer_reward` and `reward`, each a finite number in [0, 1]; it is called on a fixed correct and a
+fixed wrong pair in a grader worker (the sandbox it grades in: its own process, a memory limit, a time limit).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from a5core.config import ConfigError, EvalConfig, from_dict
+
+CONTRACT_PAIRS = (("</think> <answer>4</answer>", "4"), ("</think> <answer>5</answer>", "4"))  # correct, wrong
+_REF = re.compile(r"\$\{([^}]+)\}")
+
+
+def _lookup(ref: str, params: dict, key: Any, item: Any) -> str:
+    """The value of one `${...}` of dvc.yaml: the foreach key, a field of its item, or a params value."""
+    if ref == "key":
+        return str(key)
+    head, *rest = ref.split(".")
+    value = item if head == "item" else params.get(head)
+    for part in rest:
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def dag_stages(params: dict, root: Path):
+    """(stage name, its dvc.yaml body, a function resolving `${...}` in it) for every stage of `root`/dvc.yaml, each
+    foreach stage expanded over its entries in `params`."""
+    stages = (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages") or {}
+    for name, stage in stages.items():
+        body, each = stage.get("do", stage), stage.get("foreach")
+        entries = params.get(each[2:-1]) if isinstance(each, str) and each.startswith("${") else None
+        instances = [(f"{name}@{k}", k, v) for k, v in entries.items()] if isinstance(entries, dict) else []
+        for stage_name, key, item in instances or ([(name, None, None)] if each is None else []):
+            yield (
+                stage_name,
+                body,
+                lambda text, k=key, i=item: _REF.sub(lambda m: _lookup(m.group(1), params, k, i), text),
+            )
+
+
+def dag_outputs(params: dict, root: Path) -> dict[str, str]:
+    """Every output path of `root`/dvc.yaml -> the stage that writes it."""
+    found = {}
+    for stage_name, body, resolve in dag_stages(params, root):
+        for kind in ("outs", "metrics", "plots"):
+            for out in body.get(kind) or []:
+                found[resolve(next(iter(out)) if isinstance(out, dict) else out)] = stage_name
+    return found
+
+
+def _writer(folder: str, params: dict, root: Path) -> str | None:
+    if not (root / "dvc.yaml").is_file():
+        return None
+    return dag_outputs(params, root).get(folder.rstrip("/"))
+
+
+def init_policy_problems(params: dict, root: Path) -> list[str]:
+    """An init_policy folder must exist under models/ or be written by a stage of dvc.yaml (which then runs first)."""
+    found = []
+    for section in ("ei", "grpo"):
+        name = (params.get(section) or {}).get("init_policy") if isinstance(params.get(section), dict) else None
+        if not isinstance(name, str) or (root / "models" / name).is_dir() or _writer(f"models/{name}", params, root):
+            continue
+        models = sorted(p for p in dag_outputs(params, root) if p.startswith("models/"))
+        found.append(
+            f"{section}.init_policy {name!r}: models/{name} does not exist and no stage of dvc.yaml writes it; "
+            f"name one that a stage writes ({', '.join(m[7:] for m in models[:8])}, ...) or put a model folder there"
+        )
+    return found
+
+
+def model_folder_problem(model: str, params_path: str) -> str | None:
+    """Why a stage cannot start from model folder `model` (no config.json there), or None."""
+    if (Path(model) / "config.json").is_file():
+        return None
+    from a5core.config import read_params
+
+    writer = _writer(os.path.relpath(model), read_params(params_path), Path.cwd())
+    if writer:
+        return f"{model}: no model there yet; run `dvc repro {writer}` first (the stage that writes it)"
+    return f"{model}: no model folder there (no config.json) and no stage of dvc.yaml writes it"
+
+
+def data_source_problems(data: Any) -> list[str]:
+    """Every jsonl:/parquet: file the data section names must be a readable file (paths are from the repo root)."""
+    found = []
+    for field in ("source", "sft_source", "validation_source"):
+        spec = data.get(field) if isinstance(data, dict) else None
+        kind, _, ref = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+        if kind not in ("jsonl", "parquet") or not ref:
+            continue
+        path = Path(ref)
+        if not path.exists():
+            found.append(f"data.{field} {spec!r}: {path} does not exist (a relative path is from the repo root)")
+        elif not path.is_file():
+            found.append(f"data.{field} {spec!r}: {path} is not a file; give the data file itself")
+        elif not os.access(path, os.R_OK):
+            found.append(f"data.{field} {spec!r}: {path} cannot be read (permissions)")
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def reward_contract_problem(path: str, timeout_s: float) -> str | None:
+    """Why `path` breaks the reward contract (see the module docstring), or None; built-in rules are not called."""
+    from a5core.grader.pool import BUILTIN, GraderPool
+
+    if path in BUILTIN:  # the project's own rules, tested in tests/test_grader.py
+        return None
+    contract = "it must be f(response, ground_truth) -> {format_reward, answer_reward, reward}, each in [0, 1]"
+    try:
+        with GraderPool(path, workers=1, timeout_s=timeout_s) as pool:
+            results = pool.map([r for r, _ in CONTRACT_PAIRS], [g for _, g in CONTRACT_PAIRS])
+    except Exception as err:  # the function's module fails in a fresh process: the stage's workers would too
+        return f"reward_fn {path!r}: its grader worker does not start ({type(err).__name__}: {err}); {contract}"
+    for (response, truth), result in zip(CONTRACT_PAIRS, results):
+        if result["status"] in ("error", "timeout", "rejected_input"):
+            detail = result["detail"] or result["status"]
+            return f"reward_fn {path!r} on ({response!r}, {truth!r}): {detail}; {contract}"
+    return None
+
+
+def reward_fn_problems(params: dict) -> list[str]:
+    """The reward contract of each section's reward_fn (sections with other problems are reported by the checker)."""
+    found = []
+    for section in ("eval", "validation"):
+        try:
+            cfg = from_dict(EvalConfig, params.get(section), section)
+        except ConfigError:
+            continue
+        problem = reward_contract_problem(cfg.reward_fn, cfg.grader_timeout_s)
+        if problem:
+            found.append(f"{section}.{problem}")
+    return list(dict.fromkeys(found))
+
+
+def problems(params: dict, path: str | Path) -> list[str]:
+    """Every problem of what `params` (read from `path`) points at. Files and folders are checked only for a
+    project's params file (a dvc.yaml beside it): a profile in conf/profile/ may name data not fetched yet."""
+    root = Path(path).resolve().parent
+    in_project = (root / "dvc.yaml").is_file()
+    return [
+        *(data_source_problems(params.get("data")) if in_project else []),
+        *(init_policy_problems(params, root) if in_project else []),
+        *reward_fn_problems(params),
+    ]

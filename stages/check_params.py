@@ -1,0 +1,20 @@
+"""Stage check_params: params.yaml checked, run names included, before the stage of any named run.
+
+DVC deletes a stage's outputs before its command runs, so a `*_runs` key that climbs out of the repo (`x/../../v`)
+would make DVC delete a folder outside it before that run's own check (and a bad value of any section would let DVC
+delete the outputs of the stage it reaches, logs included). This stage reruns whenever any param changes, and every
+stage is downstream of it (prepare_math depends on its output), so `dvc repro` and `dvc exp run` stop here. Its
+output is always the same text: no stage reruns because this one did.
+"""
+
+from a5core import stage
+from a5core.artifacts import write_json
+
+
+def main() -> None:
+    args = stage.args("out")  # check_params: every section and every run name (it becomes a path)
+    write_json({"params": "passed a5core.config.check_params"}, args.out)
+
+
+if __name__ == "__main__":
+    stage.run(main)  # the project's own errors end in one line

@@ -1,0 +1,138 @@
+"""`model.autocast`: the pure resolution table, the mode in force recorded, and the bf16 path itself, forced on this
+machine whatever its CPU, so that CI on an AVX2 machine runs what AMX/AVX512-BF16 machines run by default.
+
+Tolerances of the bf16 tests: bf16 keeps 8 significant bits (relative rounding 2^-9 per value), so every matmul's
+inputs carry ~0.2% error. Log-probs are differences of logits of size ~10 on the sharpened test model: errors of a
+few 1e-2 are bf16's own; a wrong shared prefix or a lost micro-batch moves them by whole nats.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from a5core import autocast, runinfo
+from a5core.autocast import autocast_context, resolve
+from a5core.config import SamplingConfig
+from a5core.generation import HFBackend
+from a5core.logprobs import get_response_log_probs
+from a5core.prompts import build_prompt
+from a5core.sft import SFTConfig, encode_examples, sft_step
+from a5core.tokenization import pad_token_id, tokenize_prompt_and_output
+from tests.test_training import ROWS, _grads
+
+BF16_EPS = 2.0**-8  # bf16's machine epsilon (8 significant bits)
+
+
+@pytest.mark.parametrize(
+    "mode, device, flags, on",
+    [
+        ("off", "cuda", {"amx_bf16"}, False),
+        ("bf16", "cpu", {"avx2"}, True),
+        ("auto", "cuda", set(), True),
+        ("auto", "cpu", {"avx2", "avx512f"}, False),
+        ("auto", "cpu", {"avx512f", "avx512_bf16"}, True),
+        ("auto", "cpu", {"amx_bf16"}, True),
+    ],
+)
+def test_resolution_table(mode, device, flags, on):
+    got, why = resolve(mode, device, flags)
+    assert got is on and why
+
+
+def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
+    record = autocast.configure("bf16", "cpu")
+    assert record == {"mode": "bf16", "device": "cpu", "bf16_autocast": True, "decided_by": "model.autocast: bf16"}
+    assert "autocast: bf16 on" in capsys.readouterr().out
+    written = runinfo.read_run_record(runinfo.write_run_record(tmp_path / "r.json", "x", step_s=1.5))
+    assert written["autocast"] == record and written["step_s"] == 1.5 and written["machine"]["cpu"]
+    assert set(written["machine"]["isa"]) <= set(runinfo.ISA_FLAGS)
+    with autocast_context(torch.nn.Linear(2, 2)):
+        assert torch.is_autocast_enabled("cpu")
+    autocast.configure("off", quiet=True)
+    with autocast_context(torch.nn.Linear(2, 2)):
+        assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_auto_follows_the_cpu_for_float32_weights_only(monkeypatch, fast):
+    monkeypatch.setattr(autocast, "cpu_flags", lambda: frozenset({"avx512_bf16"} if fast else {"avx2"}))
+    autocast.configure("auto", "cpu", quiet=True)
+    with autocast_context(torch.nn.Linear(2, 2)):
+        assert torch.is_autocast_enabled("cpu") is fast
+    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
+    with autocast_context(mixed):
+        assert torch.is_autocast_enabled("cpu") is fast
+    with autocast_context(torch.nn.Linear(2, 2).to(torch.bfloat16), "bfloat16"):
+        assert not torch.is_autocast_enabled("cpu")  # bf16 weights: every matmul is bf16 already
+    with autocast_context(torch.nn.Linear(2, 2), "float32"):
+        assert not torch.is_autocast_enabled("cpu")  # generation.dtype float32 forces it off
+
+
+def _prompts():
+    return [build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now please"), build_prompt("7*8")]
+
+
+def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
+    """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain bf16 forward pass over the
+    same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
+    model, tok = sharp
+    autocast.configure("bf16", quiet=True)
+    out = HFBackend(model, tok, batch_size=8).generate(
+        _prompts(), SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False
+    )
+    for p, o in zip(_prompts(), out):
+        prompt_ids = tok(p, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt_ids + list(o[0].token_ids)])
+        with torch.no_grad(), autocast_context(model):
+            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (12, V)
+        assert torch.is_autocast_enabled("cpu") is False  # the context ended
+        plain = torch.distributions.Categorical(logits=logits).entropy()  # (12,)
+        assert torch.allclose(torch.tensor(o[0].token_entropies), plain, atol=0.05, rtol=8 * BF16_EPS)
+        # greedy under bf16: every sampled id is the argmax of the plain pass or within bf16's error of it
+        top = logits.max(-1).values  # (12,)
+        chosen = logits.gather(-1, torch.tensor(o[0].token_ids)[:, None])[:, 0]  # (12,)
+        assert torch.all(top - chosen <= 0.05 + 8 * BF16_EPS * top.abs())
+
+
+def test_bf16_shared_prefix_log_probs_match(tiny):
+    """Forced bf16: the shared-prefix forward gives the plain forward's log-probs within bf16's own error (measured
+    here against float32: 1.5e-3 when written; the two bf16 paths agreed exactly)."""
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    b = tokenize_prompt_and_output(_prompts()[:2], [" 3 </think> <answer>3</answer>", " x=3"], tok)
+    autocast.configure("bf16", quiet=True)
+    with autocast_context(model):
+        a = get_response_log_probs(model, b["input_ids"], b["labels"], True)
+        s = get_response_log_probs(model, b["input_ids"], b["labels"], True, share_prefix=True)
+    with torch.no_grad():
+        fp32 = get_response_log_probs(model, b["input_ids"], b["labels"], True)["log_probs"]  # outside: float32
+    mask = b["response_mask"].bool()
+    bf16_error = (a["log_probs"] - fp32)[mask].abs().max().detach()
+    assert 0 < bf16_error < 0.5  # the bf16 path really ran (float32 would give 0), and it is bf16-sized
+    assert (a["log_probs"] - s["log_probs"])[mask].abs().max() <= 2 * bf16_error + 1e-3
+
+
+def test_bf16_grad_accumulation_equals_one_big_batch(tiny):
+    """Forced bf16: micro-batch 1 vs 4 over the same 4 examples give the same gradient within bf16's error (the
+    float32 test asks 1e-4; bf16 sums rounded products, so the bound is relative to the gradient's norm)."""
+    model, tok = tiny
+    ex = encode_examples(tok, ROWS[:4])
+    autocast.configure("bf16", quiet=True)
+    a, b, ref = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
+    sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"))
+    sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
+    autocast.configure("off", quiet=True)
+    sft_step(ref, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
+    ga, gb, g32 = _grads(a), _grads(b), _grads(ref)
+    assert (ga - gb).norm() <= 16 * BF16_EPS * g32.norm()
+    assert 0 < (gb - g32).norm() <= 16 * BF16_EPS * g32.norm()  # bf16 really ran, and only rounding differs
+
+
+def test_summary_names_the_machine_kind_autocast_and_commits(tmp_path):
+    from a5core.summary import made_on_text
+
+    autocast.configure("off", quiet=True)
+    records = [runinfo.run_record("a"), {**runinfo.run_record("b"), "code_revision": "abc+dirty"}]
+    line = made_on_text(records)[0]
+    assert runinfo.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
+    assert "2 stage runs" in line and made_on_text([]) == []

@@ -1,0 +1,75 @@
+"""Artifacts are pure functions of their inputs (issue: reruns that change nothing invalidate nothing): provenance has
+no time, commit or host, a rewrite gives the same bytes, protocol hashes come from content, and wall-clock fields
+go only to the files DVC ignores. The DAG-level checks (forced reruns, a comment-only edit, a second clone) are in
+tests/test_smoke_dag.py::check_reruns_change_nothing."""
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from a5core.artifacts import content_hash, provenance, read_provenance, write_parquet
+from a5core.config import EvalConfig
+from a5core.history import RunHistory, read_log, read_rows, timing_log
+from a5core.pipeline import validation_protocol, write_results
+from a5core.runinfo import RECORD_FILE, read_run_record, write_run_record
+from tests.loop_fakes import METRICS
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = [{"unique_id": "a", "problem": "1+1", "answer": "2"}, {"unique_id": "b", "problem": "2+2", "answer": "4"}]
+
+
+def test_provenance_holds_no_time_commit_or_host(tmp_path):
+    src = write_parquet(ROWS, tmp_path / "in.parquet")
+    first = provenance("s", {"k": 1}, {"in": src})
+    time.sleep(1.1)  # a second later: a time in it would differ
+    assert provenance("s", {"k": 1}, {"in": src}) == first
+    assert set(first) == {"stage", "params", "inputs"}
+    a = write_parquet(ROWS, tmp_path / "a.parquet", first)
+    b = write_parquet(ROWS, tmp_path / "b.parquet", provenance("s", {"k": 1}, {"in": src}))
+    assert a.read_bytes() == b.read_bytes() and read_provenance(a) == first
+
+
+def test_protocol_hashes_the_questions_not_the_file_bytes(tmp_path):
+    a = write_parquet(ROWS, tmp_path / "a.parquet", {"stage": "x"})
+    b = tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS).replace_schema_metadata({b"other": b"metadata"}), b)
+    assert a.read_bytes() != b.read_bytes()
+    cfg = EvalConfig()
+    assert validation_protocol(cfg, str(a)) == validation_protocol(cfg, str(b))
+    c = write_parquet([ROWS[0], {**ROWS[1], "answer": "5"}], tmp_path / "c.parquet")
+    assert validation_protocol(cfg, str(c)) != validation_protocol(cfg, str(a))
+    assert validation_protocol(cfg, str(a), "question_only") != validation_protocol(cfg, str(a))
+    assert content_hash(ROWS, ["unique_id"]) == content_hash([{**r, "answer": "x"} for r in ROWS], ["unique_id"])
+
+
+def test_wall_clock_fields_go_to_the_timing_log_only(tmp_path):
+    live, logs = tmp_path / "live", tmp_path / "logs"
+    with RunHistory(live, logs, name="t", total_steps=2) as history:
+        for step in (1, 2):
+            history.log("train", {"step": step, "loss": 0.5 / step, "tokens_per_s": 100.0 + step, "wall_s": step})
+    assert read_log(logs / "train.csv") == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}]
+    assert read_log(timing_log(logs, "train"))[1] == {"step": 2, "tokens_per_s": 102.0, "wall_s": 2}
+    assert read_rows(logs, "train")[0] == {"step": 1, "loss": 0.5, "tokens_per_s": 101.0, "wall_s": 1}
+    dvclive_files = [p.name for p in live.rglob("*") if p.is_file()]
+    assert "loss.tsv" in dvclive_files and not {"tokens_per_s.tsv", "wall_s.tsv"} & set(dvclive_files)
+    assert "wall_s" not in (live / "metrics.json").read_text()
+    assert history.state()["rows"]["train"][0]["wall_s"] == 1  # resume state keeps them (outside DVC)
+
+
+def test_results_keep_wall_clock_out_of_details(tmp_path):
+    class Final:
+        metrics, per_question = METRICS, []
+
+    write_results(tmp_path / "metrics.json", Final(), best_step=3, best_wall_s=12.5)
+    details = json.loads((tmp_path / "details.json").read_text())
+    assert details["best_step"] == 3 and "best_wall_s" not in details
+
+
+def test_run_record_is_ignored_by_dvc_and_holds_the_volatile_facts(tmp_path):
+    record = read_run_record(write_run_record(tmp_path / RECORD_FILE, "s", rollout_s=1.0))
+    assert {"code_revision", "finished_utc", "duration_s", "machine", "rollout_s"} <= set(record)
+    ignored = (ROOT / ".dvcignore").read_text().split()
+    assert RECORD_FILE in ignored and "timing_*.csv" in ignored
