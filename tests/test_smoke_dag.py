@@ -131,12 +131,10 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.learning_rate=3e-6")  # the README's form
     ok(r)
-    assert ran_stages(r) - {"check_params"} == {
-        "grpo@reinforce_baseline",
-        "grpo@no_baseline",
-        "grpo@clip_offpolicy",
-        "plots",
-    }, ran_stages(r)
+    # the GRPO runs rerun; the plots rerun only if their results changed (the smoke model's rollouts may all score
+    # 0, so another learning rate trains nothing and writes the same bytes: nothing below needs to rerun)
+    grpo = {"grpo@reinforce_baseline", "grpo@no_baseline", "grpo@clip_offpolicy"}
+    assert grpo <= ran_stages(r) <= grpo | {"check_params", "plots"}, ran_stages(r)
     rounds = (work / "results" / "ei" / "G2" / "round_5" / "logs" / "rounds.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the start
     r = run("dvc", "plots", "diff", "HEAD", "--json")
