@@ -24,10 +24,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from a5core.config import ConfigError, check_params, read_params
-from a5core.records import PROBLEM_SCHEMA, SFT_SCHEMA
 from tests.hostile_inputs import GOOD_PROBLEM, GOOD_SFT, PARQUET_SOURCES, PREPARED, PROBLEM_FILES, SFT_FILES
-from tests.test_errors import PROBLEM, TRACE, _table, command, replaced
-from tests.test_smoke_dag import scratch_repo
+from tests.test_errors import command, replaced, workspace
 
 LEGAL = {"model.gguf_file"}  # read for pypi: sources only; the smoke profile's model is random:tiny
 
@@ -144,13 +142,7 @@ def main() -> None:
     args = ap.parse_args()
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        work, run = scratch_repo(Path(tmp), "smoke")
-        for name in ("train", "validation"):
-            pq.write_table(_table(PROBLEM, PROBLEM_SCHEMA), work / f"data/prepared/{name}.parquet")
-        pq.write_table(_table(TRACE, SFT_SCHEMA), work / "data/prepared/sft.parquet")
-        for model in ("base", "sft_filtered"):
-            (work / "models" / model).mkdir(parents=True, exist_ok=True)
-            (work / "models" / model / "config.json").write_text("{}")
+        work, run = workspace(Path(tmp))
         results = params_cases(work) + data_cases(work, run) + prepared_cases(work, run)
     counts: dict[str, int] = {}
     for _, verdict in results:

@@ -31,9 +31,13 @@ def _table(row: dict, schema: pa.Schema) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
+    return workspace(tmp_path_factory.mktemp("errors"))
+
+
+def workspace(root: Path):
     """A smoke-profile copy of the repo with valid prepared inputs and placeholder model folders (a config.json:
     enough to pass the folder check; a stage that got as far as loading one would fail with a traceback)."""
-    work, run = scratch_repo(tmp_path_factory.mktemp("errors"), "smoke")
+    work, run = scratch_repo(root, "smoke")
     for name in ("train", "validation"):
         pq.write_table(_table(PROBLEM, PROBLEM_SCHEMA), work / f"data/prepared/{name}.parquet")
     pq.write_table(_table(TRACE, SFT_SCHEMA), work / "data/prepared/sft.parquet")
