@@ -301,6 +301,11 @@ class ModelConfig(Section):
     weight_update: Literal["nearest", "stochastic_round", "kahan"] = (
         "nearest"  # how AdamW writes bf16 weights: round to nearest, stochastic (torchao), kahan; a5core/optim.py
     )
+    micro_batch_tokens: Annotated[int, Bound(lo=2)] | Literal["auto"] = (
+        "auto"  # padded tokens per compute micro-batch (SFT, EI, GRPO), or auto: the handout's split; compute.py
+    )
+    logits_chunk: NonNegative = 0  # positions per chunk of the LM head and log-softmax in training (0 = all at once)
+    gradient_checkpointing: bool = False  # recompute decoder layers in backward: less activation memory, more compute
 
     def problems(self) -> list[str]:
         found = [model_source_problem(self.source)]

@@ -22,6 +22,7 @@ from typing import Annotated, Callable
 
 import torch
 
+from a5core import compute
 from a5core.advantages import group_normalize
 from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
@@ -39,7 +40,14 @@ from a5core.config import (
 from a5core.evaluation import generate_and_grade, log_evaluation
 from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
-from a5core.losses import LENGTH_NORMALIZERS, OFF_POLICY_LOSSES, PG_LOSSES, LengthNorm, grpo_microbatch_train_step
+from a5core.losses import (
+    LENGTH_NORMALIZERS,
+    OFF_POLICY_LOSSES,
+    PG_LOSSES,
+    LengthNorm,
+    grpo_microbatch_train_step,
+    normalizer_units,
+)
 from a5core.optim import make_optimizer
 from a5core.prompts import STOPS
 from a5core.records import GradedSample, RolloutBatch
@@ -180,16 +188,22 @@ def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tu
     return RolloutBatch(prompts, outputs, raw, adv, pad, keep=keep, rollout_log_probs=engine), meta
 
 
+def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[list[int]]:
+    """Rollouts `idx` as compute micro-batches: the handout's `count` per micro-batch, or model.micro_batch_tokens."""
+    lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) for i in idx]
+    return [[idx[j] for j in group] for group in compute.micro_batches(lengths, count)]
+
+
 @torch.inference_mode()
 def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:
     """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph)."""
-    out: list[torch.Tensor] = []
-    for s in range(0, len(rollouts), micro):
-        idx = list(range(s, min(s + micro, len(rollouts))))
+    out: list[torch.Tensor | None] = [None] * len(rollouts)
+    for idx in _micro_batches(rollouts, list(range(len(rollouts))), micro):
         b = _batch(rollouts, idx, device)
         with autocast_context(policy):
             lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True)["log_probs"]  # (b, T)
-        out.extend(lp[j].clone() for j in range(len(idx)))
+        for j, i in enumerate(idx):
+            out[i] = lp[j].clone()
     return out
 
 
@@ -198,12 +212,16 @@ def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device) -> dict:
-    """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step."""
-    loss_sum, clip_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0
+    """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step.
+
+    Each micro-batch's loss is its share of the step's mean (compute.share over losses.normalizer_units), so the
+    update is the same for any split into micro-batches (the handout's, or a token budget)."""
+    loss_sum, clip_sum, ent_sum, n_tok, cells = 0.0, 0.0, 0.0, 0, 0
     option_sums: dict[str, float] = {}  # per-token sums of what the options log (kl, tis_*)
+    token_mean = cfg.length_normalization == "token_mean"
+    step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
     t0 = time.monotonic()
-    for s in range(0, len(idx), cfg.micro_batch_size):
-        mi = idx[s : s + cfg.micro_batch_size]
+    for mi in _micro_batches(rollouts, idx, cfg.micro_batch_size):
         b = _batch(rollouts, mi, device)
         with autocast_context(policy):
             out = get_response_log_probs(
@@ -220,7 +238,7 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
         loss, meta = grpo_microbatch_train_step(
             out["log_probs"],
             b["response_mask"],
-            cfg.gradient_accumulation_steps,
+            compute.share(step_units, normalizer_units(cfg.length_normalization, b["response_mask"])),
             cfg.loss_type,
             raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
             advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
@@ -237,15 +255,18 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
         clip_sum += float(meta["clip_fraction"]) * tokens
         ent_sum += float((out["token_entropy"].detach() * b["response_mask"]).sum())
         n_tok += tokens
+        cells += b["input_ids"].numel()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     opt.step()
     opt.zero_grad(set_to_none=True)
+    real = sum(len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) - 1 for i in idx)
     return {
         "loss": loss_sum,
         "grad_norm": grad_norm,
         "clip_fraction": clip_sum / max(n_tok, 1),
         "token_entropy": ent_sum / max(n_tok, 1),
         "tokens_per_s": n_tok / (time.monotonic() - t0),
+        "padding_fraction": 1 - real / max(cells, 1),  # share of the forward's positions that are padding
         **{name: total / max(n_tok, 1) for name, total in option_sums.items()},
     }
 

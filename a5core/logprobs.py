@@ -1,9 +1,20 @@
-"""Per-token log-probabilities and entropies of a causal LM (pure tensor math plus one forward pass)."""
+"""Per-token log-probabilities and entropies of a causal LM (pure tensor math plus one forward pass).
+
+- `get_response_log_probs`: the handout's function; label log-probs (and entropies) of every position.
+- Shared prompt prefix (`share_prefix`): computed once and its KV cache repeated over the batch (exact).
+- Chunked LM head (`logits_chunk`, model.logits_chunk via a5core/compute.py): the decoder's last hidden states go
+  through the LM head, log-softmax, label pick and entropy a chunk of positions at a time, each chunk under
+  activation checkpointing, so backward recomputes one chunk's logits instead of keeping all of them: the
+  (tokens x vocabulary) float32 tensor never exists. Same values and gradients (tests/test_compute.py).
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from a5core import compute
 
 
 def compute_entropy(logits: Tensor) -> Tensor:
@@ -37,21 +48,63 @@ def shared_prefix_length(input_ids: Tensor) -> int:
     return min(int(same.long().cumprod(0).sum()), input_ids.shape[1] - 1)
 
 
-def _forward_logits(model, input_ids: Tensor, share_prefix: bool) -> list[tuple[Tensor, slice]]:
-    """Logits as (tensor, column slice) pieces. With a shared prefix of P tokens (the prompt template), the
-    prefix runs once at batch 1 and its KV cache is repeated over the batch, so the B-1 duplicate prefix
-    computations are skipped. This is exact: causal attention makes the prefix's states independent of
-    what follows, and autograd sums the repeated cache's gradients back into the single prefix pass.
-    Right padding needs no attention mask for the same reason (pads only come after real tokens)."""
+def _forward(model, input_ids: Tensor, share_prefix: bool, key: str) -> list[tuple[Tensor, slice]]:
+    """`model`'s output `key` (logits, or the decoder's last_hidden_state) as (tensor, column slice) pieces. With a
+    shared prefix of P tokens (the prompt template), the prefix runs once at batch 1 and its KV cache is repeated over
+    the batch, so the B-1 duplicate prefix computations are skipped. This is exact: causal attention makes the
+    prefix's states independent of what follows, and autograd sums the repeated cache's gradients back into the
+    single prefix pass. Right padding needs no attention mask for the same reason (pads only come after real
+    tokens)."""
     b, t = input_ids.shape
     p = shared_prefix_length(input_ids) if share_prefix and b > 1 else 0
     if p < MIN_SHARED_PREFIX:
-        return [(model(input_ids=input_ids).logits, slice(0, t))]  # (B, T, V)
+        return [(getattr(model(input_ids=input_ids), key), slice(0, t))]  # (B, T, V or H)
     pre = model(input_ids=input_ids[:1, :p], use_cache=True)
     cache = pre.past_key_values
     cache.batch_repeat_interleave(b)
-    suffix = model(input_ids=input_ids[:, p:], past_key_values=cache, use_cache=False).logits  # (B, T-P, V)
-    return [(pre.logits.expand(b, -1, -1), slice(0, p)), (suffix, slice(p, t))]  # (B, P, V), (B, T-P, V)
+    suffix = getattr(model(input_ids=input_ids[:, p:], past_key_values=cache, use_cache=False), key)  # (B, T-P, *)
+    return [(getattr(pre, key).expand(b, -1, -1), slice(0, p)), (suffix, slice(p, t))]  # (B, P, *), (B, T-P, *)
+
+
+def _head_stats(hidden: Tensor, weight: Tensor, labels: Tensor, entropy: bool, entropy_grad: bool):
+    """Label log-probs and entropies of one chunk of positions from its hidden states (the LM head inside)."""
+    logits = torch.nn.functional.linear(hidden, weight)  # (B, C, V)
+    lp = label_log_probs(logits, labels)  # (B, C)
+    if not entropy:
+        return lp, None
+    # computed after the log-probs: in backward, non-reentrant checkpointing stops recomputing once it has what the
+    # gradient needs, so a no-grad entropy costs nothing there
+    with torch.enable_grad() if entropy_grad else torch.no_grad():
+        return lp, compute_entropy(logits.float())  # (B, C), (B, C)
+
+
+def chunkable(model) -> bool:
+    """Whether `model`'s logits are exactly its LM head applied to its decoder's output (compute.CHUNKABLE)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return (
+        getattr(getattr(model, "config", None), "model_type", None) in compute.CHUNKABLE
+        and isinstance(head, torch.nn.Linear)
+        and head.bias is None
+    )
+
+
+def _chunked(model, input_ids, labels, share_prefix, chunk, entropy, entropy_grad) -> dict[str, Tensor]:
+    """get_response_log_probs through the decoder and the LM head in chunks of `chunk` positions."""
+    weight = model.get_output_embeddings().weight  # (V, H)
+    lps, ents = [], []
+    for hidden, cols in _forward(model.get_decoder(), input_ids, share_prefix, "last_hidden_state"):  # (B, P, H)
+        for s in range(0, hidden.shape[1], chunk):
+            h, lab = hidden[:, s : s + chunk], labels[:, cols][:, s : s + chunk]  # (B, C, H), (B, C)
+            if torch.is_grad_enabled() and h.requires_grad:  # keep only h; the chunk's logits are rebuilt in backward
+                lp, ent = checkpoint(_head_stats, h, weight, lab, entropy, entropy_grad, use_reentrant=False)
+            else:
+                lp, ent = _head_stats(h, weight, lab, entropy, entropy_grad)
+            lps.append(lp)
+            ents.append(ent)
+    out = {"log_probs": torch.cat(lps, dim=1)}  # (B, T)
+    if entropy:
+        out["token_entropy"] = torch.cat(ents, dim=1) if entropy_grad else torch.cat(ents, dim=1).detach()  # (B, T)
+    return out
 
 
 def get_response_log_probs(
@@ -61,15 +114,22 @@ def get_response_log_probs(
     return_token_entropy: bool = False,
     share_prefix: bool = False,
     entropy_grad: bool = False,
+    logits_chunk: int | None = None,
 ) -> dict[str, Tensor]:
     """Forward `model` and return unmasked per-token label log-probs (and, if asked, token entropies).
 
     Entropy is a logged diagnostic, so it is computed without gradient to avoid holding a second
     (B, T, V) graph; `entropy_grad=True` (GRPO's entropy bonus) keeps that graph, from the same forward pass.
-    `share_prefix=True` computes a prompt prefix common to all rows once (see `_forward_logits`); the result is
-    the same up to floating-point reassociation.
+    `share_prefix=True` computes a prompt prefix common to all rows once (see `_forward`); the result is
+    the same up to floating-point reassociation. `logits_chunk` (default: model.logits_chunk, a5core/compute.py)
+    positions at a time through the LM head; 0 or a model outside compute.CHUNKABLE: all at once.
     """
-    pieces = _forward_logits(model, input_ids, share_prefix)
+    if getattr(model, "is_gradient_checkpointing", False) and model.training:
+        share_prefix = False  # transformers turns the KV cache off under gradient checkpointing: no prefix to share
+    chunk = compute.settings().logits_chunk if logits_chunk is None else logits_chunk
+    if chunk and chunkable(model):
+        return _chunked(model, input_ids, labels, share_prefix, chunk, return_token_entropy, entropy_grad)
+    pieces = _forward(model, input_ids, share_prefix, "logits")
     out = {"log_probs": torch.cat([label_log_probs(lg, labels[:, cols]) for lg, cols in pieces], dim=1)}  # (B, T)
     if return_token_entropy:
         with torch.enable_grad() if entropy_grad else torch.no_grad():

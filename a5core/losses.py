@@ -39,9 +39,10 @@ def _check_mask(response_mask: Tensor) -> None:
 
 
 def sft_microbatch_train_step(
-    policy_log_probs: Tensor, response_mask: Tensor, gradient_accumulation_steps: int, normalize_constant: float = 1.0
+    policy_log_probs: Tensor, response_mask: Tensor, gradient_accumulation_steps: float, normalize_constant: float = 1.0
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Handout SFT step: loss = mean_b(-sum_t mask*logp / c) / k; calls backward; returns the scaled loss."""
+    """Handout SFT step: loss = mean_b(-sum_t mask*logp / c) / k; calls backward; returns the scaled loss.
+    (k may be a micro-batch's share of an uneven split: the step's examples over its own; a5core/compute.py.)"""
     _check_mask(response_mask)
     per_example = -masked_normalize(policy_log_probs, response_mask, normalize_constant, dim=-1)  # (B,)
     loss = per_example.mean() / gradient_accumulation_steps  # ()
@@ -120,7 +121,6 @@ PG_LOSSES: dict[str, PGLossFn] = {
     "grpo_no_clip": _grpo_no_clip,
 }
 OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip"}
-LossType = Literal["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]  # the built-in names
 
 
 def register_pg_loss(name: str, fn: PGLossFn, *, off_policy: bool) -> None:
@@ -170,10 +170,20 @@ LENGTH_NORMALIZERS: dict[str, Callable[[Tensor, Tensor, float | None], Tensor]] 
 }
 
 
+def normalizer_units(length_normalization: str, response_mask: Tensor) -> int:
+    """What a normalizer averages over in `response_mask` (B, T): response tokens for token_mean, else sequences.
+
+    A micro-batch's `gradient_accumulation_steps` is the step's units over its own (a5core/compute.py: share), so
+    the accumulated gradient is the optimizer step's mean whatever the split; dividing token_mean by each
+    micro-batch's own token count instead would weight a token by the size of its micro-batch (trl#3231).
+    """
+    return int(response_mask.sum()) if length_normalization == "token_mean" else int(response_mask.shape[0])
+
+
 def grpo_microbatch_train_step(
     policy_log_probs: Tensor,
     response_mask: Tensor,
-    gradient_accumulation_steps: int,
+    gradient_accumulation_steps: float,
     loss_type: str,
     raw_rewards: Tensor | None = None,
     advantages: Tensor | None = None,
@@ -188,6 +198,8 @@ def grpo_microbatch_train_step(
     """Per-token PG loss (* pg_weight) (+ penalty) (* sample_weight) -> length normalization -> / k -> backward.
     Returns the scaled loss and metadata.
 
+    `gradient_accumulation_steps`: the handout's k, or (a5's loops) the step's normalizer units over this
+    micro-batch's (`normalizer_units`), which is k for an even split and keeps any other split exact.
     `pg_weight` (B, T): a constant weight per token on the PG loss only (truncated importance sampling);
     `penalty` (B, T): per-token terms added to the PG loss (beta * KL, -coef * entropy; see rl_options);
     `sample_weight` (B, 1): a weight per rollout on its whole per-token loss (0 masks a truncated rollout out; its

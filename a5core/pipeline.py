@@ -6,6 +6,7 @@ without evaluating the same weights again."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shutil
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a5core import autocast, optim, stage
+from a5core import autocast, compute, optim, stage
 from a5core.artifacts import content_hash, write_json
 from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
@@ -43,13 +44,17 @@ class TrainingStart:
     validation_rows: list[dict]
     bf16_autocast: bool  # model.autocast as resolved on this machine: part of every run's params (and fingerprint)
     weight_update: str = "nearest"  # model.weight_update: a checkpoint's optimizer state is only valid for its own
+    compute: compute.Compute = compute.Compute()  # model.micro_batch_tokens, logits_chunk, gradient_checkpointing
 
     def numerics(self) -> dict:
-        """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint."""
+        """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint (the
+        compute settings only when not the handout's path, so that a default run's artifacts stay what they were)."""
+        cut = {} if self.compute == compute.Compute() else {"compute": dataclasses.asdict(self.compute)}
         return {
             "model_dtype": self.policy.dtype,
             "bf16_autocast": self.bf16_autocast,
             "weight_update": self.weight_update,
+            **cut,
         }
 
 
@@ -63,7 +68,9 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     device = stage.setup_torch(seed)
     in_force = autocast.configure(model.autocast, device, weights=model.dtype)
     optim.configure(model.weight_update)  # every make_optimizer of this stage
+    cut = compute.configure(model.micro_batch_tokens, model.logits_chunk, model.gradient_checkpointing)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
+    compute.prepare(policy)
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,
@@ -74,6 +81,7 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
         validation_rows=questions,
         bf16_autocast=in_force["bf16_autocast"],
         weight_update=model.weight_update,
+        compute=cut,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Literal
 
 import torch
 
+from a5core import compute
 from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
 from a5core.config import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
@@ -68,9 +69,11 @@ def encode_examples(tokenizer, rows: list[dict]) -> list[Example]:
 
 
 def micro_batches(examples: list[Example], size: int) -> list[list[int]]:
-    """Indices grouped into micro-batches of similar total length (sorted by length)."""
+    """Indices grouped into micro-batches of similar total length (sorted by length): `size` examples each, or as
+    many as model.micro_batch_tokens holds (a5core/compute.py)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    lengths = [len(examples[i][0]) + len(examples[i][1]) for i in order]
+    return [[order[j] for j in group] for group in compute.micro_batches(lengths, size)]
 
 
 def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:
@@ -83,10 +86,12 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         with autocast_context(policy):
             out = get_response_log_probs(policy, ids, labels, return_token_entropy=True, share_prefix=True)
-        if cfg.loss_normalization == "token_mean":
+        # both are the micro-batch's share of the step's mean, whatever the split (a5core/compute.py)
+        if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
             loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))
-        else:
-            loss, _ = sft_microbatch_train_step(out["log_probs"], mask, len(groups), cfg.normalize_constant)
+        else:  # mean over the step's examples of their sum / normalize_constant
+            share = compute.share(len(batch), len(idx))
+            loss, _ = sft_microbatch_train_step(out["log_probs"], mask, share, cfg.normalize_constant)
         stats["loss"] += float(loss)
         stats["entropy_sum"] += float((out["token_entropy"] * mask).sum())
         stats["tokens"] += int(mask.sum())

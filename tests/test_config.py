@@ -188,6 +188,8 @@ def test_full_mini_differs_from_full_only_in_sizes():
         "grader_workers",
         "epochs",
         "micro_batch_size",
+        "micro_batch_tokens",
+        "logits_chunk",
         "eval_every",
         "eval_examples",
         "checkpoint_every",

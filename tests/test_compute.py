@@ -1,0 +1,219 @@
+"""How a step's work is cut never changes the update (a5core/compute.py): the handout's split, token-budget
+micro-batches, the chunked LM head and gradient checkpointing against the padded, unchunked, one-micro-batch
+reference, for every policy-gradient loss and length normalization (clipping on), and for SFT's two normalizations."""
+
+import copy
+import itertools
+
+import pytest
+import torch
+
+from a5core import compute
+from a5core.grpo import GRPOConfig, optimizer_step
+from a5core.logprobs import chunkable, get_response_log_probs
+from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
+from a5core.records import RolloutBatch
+from a5core.sft import SFTConfig, sft_step
+from a5core.tokenization import tokenize_ids
+
+
+@pytest.fixture(autouse=True)
+def handout_path():
+    compute.reset()
+    yield
+    compute.reset()
+
+
+def test_split_by_count_keeps_the_order_and_by_budget_packs_longest_first():
+    assert compute.split([5, 3, 9, 2], 2) == [[0, 1], [2, 3]]
+    assert compute.split([5, 3, 9, 2], 3) == [[0, 1, 2], [3]]
+    # longest first: 9 alone (2 x 9 > 10), then 5 + 3 (2 x 5 = 10), then 2
+    assert compute.split([5, 3, 9, 2], 0, budget=10) == [[2], [0, 1], [3]]
+    assert compute.split([4, 4, 4, 4], 0, budget=16) == [[0, 1, 2, 3]]
+    assert compute.split([7], 0, budget=7) == [[0]]  # a micro-batch of one that fills the budget exactly
+
+
+def test_a_budget_smaller_than_the_longest_sequence_is_a_clear_error():
+    with pytest.raises(compute.BudgetError, match="sequence of 9 tokens does not fit model.micro_batch_tokens=8"):
+        compute.split([5, 9, 2], 0, budget=8)
+
+
+def test_share_is_the_handouts_k_for_an_even_split():
+    assert compute.share(16, 8) == 2.0 and compute.share(7, 7) == 1.0
+    assert compute.share(10, 4) * 4 / 10 == 1.0
+
+
+def test_model_section_takes_auto_or_a_token_count():
+    from a5core.config import ConfigError, ModelConfig, from_dict
+
+    assert from_dict(ModelConfig, {"micro_batch_tokens": 4096}).micro_batch_tokens == 4096
+    assert from_dict(ModelConfig, {}).micro_batch_tokens == "auto"
+    with pytest.raises(ConfigError, match="micro_batch_tokens"):
+        from_dict(ModelConfig, {"micro_batch_tokens": "big"})
+    with pytest.raises(ConfigError, match="logits_chunk"):
+        from_dict(ModelConfig, {"logits_chunk": -1})
+
+
+# ---- the chunked LM head ----
+
+
+def _ids(tok, texts):
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    return tokenize_ids([r[:3] for r in rows], [r[3:] for r in rows], 0)
+
+
+TEXTS = ["Compute 12 + 30 = 42.", "Compute 1 + 1 = 2, then 2 * 5 = 10, so 10.", "Compute 7."]
+
+
+@pytest.mark.parametrize("chunk,share_prefix", [(1, False), (3, True), (5, False), (1000, True)])
+def test_chunked_log_probs_and_entropy_equal_the_full_logits_path(tiny, chunk, share_prefix):
+    model, tok = tiny
+    assert chunkable(model)
+    t = _ids(tok, TEXTS)
+    grads = []
+    outs = []
+    for c in (0, chunk):
+        m = copy.deepcopy(model)
+        out = get_response_log_probs(
+            m, t["input_ids"], t["labels"], True, share_prefix=share_prefix, entropy_grad=True, logits_chunk=c
+        )
+        (out["log_probs"].sum() + 0.3 * out["token_entropy"].sum()).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+        outs.append(out)
+    assert torch.allclose(outs[0]["log_probs"], outs[1]["log_probs"], atol=1e-5, rtol=0)
+    assert torch.allclose(outs[0]["token_entropy"], outs[1]["token_entropy"], atol=1e-5, rtol=0)
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_entropy_without_grad_is_detached(tiny):
+    model, tok = tiny
+    t = _ids(tok, TEXTS)
+    out = get_response_log_probs(copy.deepcopy(model), t["input_ids"], t["labels"], True, logits_chunk=4)
+    assert out["log_probs"].requires_grad and not out["token_entropy"].requires_grad
+
+
+# ---- GRPO: every loss x normalization, every way of cutting the step ----
+
+
+def _rollouts(tok, n=8):
+    """n rollouts of very different lengths (1 to ~40 response tokens), nonzero advantages and off-policy old
+    log-probs that put some ratios outside the clip range."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [tok(f"Q{i}: what is {i} * {i + 3}?", add_special_tokens=False)["input_ids"] for i in range(n)]
+    vocab = tok.vocab_size
+    outputs = [torch.randint(5, vocab, (1 + (i * 13) % 40,), generator=g).tolist() for i in range(n)]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0][:n])
+    adv = torch.randn(n, generator=g)
+    batch = RolloutBatch(prompts, outputs, rewards, adv, 0)
+    batch.old_log_probs = [-3.0 + 0.3 * torch.randn(len(p) + len(o) - 1, generator=g) for p, o in zip(prompts, outputs)]
+    return batch
+
+
+def _grpo_update(model, cfg, batch, **cut):
+    compute.configure(**{"micro_batch_tokens": "auto", "logits_chunk": 0, "gradient_checkpointing": False, **cut})
+    m = copy.deepcopy(model).train()
+    compute.prepare(m)
+    before = [p.detach().clone() for p in m.parameters()]
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)  # the update is the clipped gradient itself
+    row = optimizer_step(m, opt, cfg, list(range(len(batch))), batch, torch.device("cpu"))
+    delta = torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)])
+    return delta, row
+
+
+CUTS = {
+    "handout split of 4": (4, {}),
+    "micro-batch of one": (8, {}),
+    "token budget": (1, {"micro_batch_tokens": 96}),
+    "chunked logits": (1, {"logits_chunk": 7}),
+    "checkpointing": (2, {"gradient_checkpointing": True}),
+    "all at once": (4, {"micro_batch_tokens": 80, "logits_chunk": 5, "gradient_checkpointing": True}),
+}
+
+
+@pytest.mark.parametrize("loss_type,norm", list(itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS))))
+def test_grpo_update_does_not_depend_on_how_the_step_is_cut(tiny, loss_type, norm):
+    model, tok = tiny
+    batch = _rollouts(tok)
+    base = dict(
+        loss_type=loss_type,
+        length_normalization=norm,
+        normalize_constant=40.0,
+        rollout_batch_size=8,
+        group_size=4,
+        train_batch_size=8,
+        max_grad_norm=1e-4,  # small enough that clipping scales every update below
+    )
+    ref_delta, ref_row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=1), batch)
+    assert ref_row["grad_norm"] > 1e-4  # clipping is on
+    for name, (k, cut) in CUTS.items():
+        delta, row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
+        assert row["grad_norm"] == pytest.approx(ref_row["grad_norm"], rel=1e-4), name
+        assert row["loss"] == pytest.approx(ref_row["loss"], rel=1e-4, abs=1e-7), name
+        assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
+
+
+def test_token_mean_divides_by_the_steps_tokens_not_each_micro_batchs(tiny):
+    """The bug of trl#3231: with each micro-batch's own token count, a token of a short micro-batch weighs more."""
+    model, tok = tiny
+    batch = _rollouts(tok)
+    cfg = dict(length_normalization="token_mean", rollout_batch_size=8, group_size=4, train_batch_size=8)
+    one, _ = _grpo_update(model, GRPOConfig(**cfg, gradient_accumulation_steps=1, max_grad_norm=1e9), batch)
+    four, _ = _grpo_update(model, GRPOConfig(**cfg, gradient_accumulation_steps=4, max_grad_norm=1e9), batch)
+    assert torch.allclose(one, four, atol=1e-8, rtol=1e-4)
+
+
+def test_grpo_refuses_a_budget_below_the_longest_rollout(tiny):
+    model, tok = tiny
+    batch = _rollouts(tok)
+    cfg = GRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=1)
+    with pytest.raises(compute.BudgetError, match="does not fit"):
+        _grpo_update(model, cfg, batch, micro_batch_tokens=20)
+
+
+def test_the_padded_fraction_is_logged_and_a_budget_lowers_it(tiny):
+    model, tok = tiny
+    batch = _rollouts(tok)
+    cfg = GRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=2)
+    _, handout = _grpo_update(model, cfg, batch)
+    _, budget = _grpo_update(model, cfg, batch, micro_batch_tokens=120)
+    assert 0 < budget["padding_fraction"] < handout["padding_fraction"] < 1
+
+
+# ---- SFT ----
+
+SFT_ROWS = [
+    ("Compute 1 + 1.", " 2"),
+    ("Compute 12 + 30.", " 12 + 30 = 42. </think> <answer>42</answer>"),
+    ("Q", " 3 * 3 = 9, 9 + 1 = 10, 10 * 2 = 20, so the answer is 20. </think> <answer>20</answer>"),
+    ("Compute 5 - 2.", " 3. </think> <answer>3</answer>"),
+    ("Compute 100 / 4 and explain.", " 25"),
+]
+
+
+def _sft_grads(model, tok, cfg, **cut):
+    compute.configure(**{"micro_batch_tokens": "auto", "logits_chunk": 0, "gradient_checkpointing": False, **cut})
+    m = copy.deepcopy(model).train()
+    compute.prepare(m)
+    ex = [
+        (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
+        for p, r in SFT_ROWS
+    ]
+    stats = sft_step(m, ex, cfg, 0, torch.device("cpu"))
+    return torch.cat([p.grad.flatten() for p in m.parameters()]), stats
+
+
+@pytest.mark.parametrize("norm", ["token_mean", "per_example"])
+def test_sft_gradient_does_not_depend_on_how_the_step_is_cut(tiny, norm):
+    model, tok = tiny
+    ref, ref_stats = _sft_grads(model, tok, SFTConfig(batch_size=5, micro_batch_size=5, loss_normalization=norm))
+    for micro, cut in [
+        (2, {}),
+        (1, {}),
+        (5, {"micro_batch_tokens": 60}),
+        (3, {"logits_chunk": 4}),
+        (5, {"gradient_checkpointing": True, "micro_batch_tokens": 90, "logits_chunk": 9}),
+    ]:
+        cfg = SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm)
+        grads, stats = _sft_grads(model, tok, cfg, **cut)
+        assert stats["loss"] == pytest.approx(ref_stats["loss"], rel=1e-5), (micro, cut)
+        assert torch.allclose(grads, ref, atol=1e-6, rtol=1e-4), (micro, cut)
