@@ -7,6 +7,8 @@
   share of the optimizer step (`share`), so the gradient is the step's mean whatever the split (tests/test_compute.py).
 - `logits_chunk`: compute the LM head, log-softmax, label log-prob and entropy this many positions at a time, each
   chunk recomputed in backward (a5core/logprobs.py), so no (tokens x vocabulary) float32 tensor outlives its chunk.
+- `pack_sequences`: each micro-batch runs as one row, its sequences back to back with position ids restarting at
+  0, which transformers attends block-causally: no padded positions at all (a5core/logprobs.py).
 - `gradient_checkpointing`: transformers' activation checkpointing (non-reentrant): each decoder layer's activations
   are recomputed in backward instead of kept; one more forward's compute for most of the activation memory.
 The stage calls `configure` once (a5core/pipeline.py); the loops read `settings()`. Library use gets the handout's path.
@@ -33,17 +35,22 @@ class Compute:
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch; None: the handout's split by count
     logits_chunk: int = 0  # positions per chunk of the LM head and log-softmax; 0: all at once
     gradient_checkpointing: bool = False  # recompute decoder layers in backward
+    pack_sequences: bool = (
+        False  # one packed row per micro-batch (a budget then counts real tokens, not rows x longest)
+    )
 
 
 _configured = Compute()
 
 
-def configure(micro_batch_tokens: int | str, logits_chunk: int, gradient_checkpointing: bool) -> Compute:
+def configure(
+    micro_batch_tokens: int | str, logits_chunk: int, gradient_checkpointing: bool, pack_sequences: bool = False
+) -> Compute:
     """Resolve `model`'s settings for this process (once per stage) and return them; `auto` is the handout's split
     (on the CPU, padding costs no memory that matters and the handout's split is what the DAG's numbers rest on)."""
     global _configured
     budget = micro_batch_tokens if isinstance(micro_batch_tokens, int) else None
-    _configured = Compute(budget, logits_chunk, gradient_checkpointing)
+    _configured = Compute(budget, logits_chunk, gradient_checkpointing, pack_sequences)
     return _configured
 
 
@@ -64,12 +71,12 @@ def prepare(model) -> None:
         model.gradient_checkpointing_disable()
 
 
-def split(lengths: Sequence[int], count: int, budget: int | None = None) -> list[list[int]]:
+def split(lengths: Sequence[int], count: int, budget: int | None = None, packed: bool = False) -> list[list[int]]:
     """Positions 0..n-1 of a step's sequences (of `lengths` tokens) grouped into compute micro-batches.
 
     `budget` None: consecutive groups of `count` in the given order (the handout's split). Otherwise longest first,
-    each group as many sequences as keep rows x its longest row <= `budget`; a sequence longer than the budget is an
-    error (never truncated)."""
+    each group as many sequences as keep its cost <= `budget`: rows x its longest row, or (`packed`) the sum of its
+    lengths; a sequence longer than the budget is an error (never truncated)."""
     n = len(lengths)
     if budget is None:
         return [list(range(s, min(s + count, n))) for s in range(0, n, count)]
@@ -80,17 +87,22 @@ def split(lengths: Sequence[int], count: int, budget: int | None = None) -> list
             "to at least the longest prompt + max_tokens, or set it to auto"
         )
     groups: list[list[int]] = []
-    for i in order:  # sorted longest first: a group's first row is its longest
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+    for i in order:
+        if groups and cost([lengths[j] for j in groups[-1]] + [lengths[i]], packed) <= budget:
             groups[-1].append(i)
         else:
             groups.append([i])
     return groups
 
 
+def cost(lengths: Sequence[int], packed: bool) -> int:
+    """Positions a micro-batch of sequences of `lengths` computes: their sum packed, else rows x the longest."""
+    return sum(lengths) if packed else len(lengths) * max(lengths)
+
+
 def micro_batches(lengths: Sequence[int], count: int) -> list[list[int]]:
     """`split` with this process's token budget."""
-    return split(lengths, count, _configured.micro_batch_tokens)
+    return split(lengths, count, _configured.micro_batch_tokens, _configured.pack_sequences)
 
 
 def share(step_units: float, micro_units: float) -> float:

@@ -306,6 +306,7 @@ class ModelConfig(Section):
     )
     logits_chunk: NonNegative = 0  # positions per chunk of the LM head and log-softmax in training (0 = all at once)
     gradient_checkpointing: bool = False  # recompute decoder layers in backward: less activation memory, more compute
+    pack_sequences: bool = False  # run each micro-batch as one packed row (no padding; position ids restart per row)
 
     def problems(self) -> list[str]:
         found = [model_source_problem(self.source)]

@@ -166,9 +166,11 @@ class GRPOConfig(RLOptions):  # the handout's fields below; the options' (off by
         )
 
 
-def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict[str, torch.Tensor]:
+def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict:
+    """Rollouts `idx` tokenized and right-padded, with each row's real length (`lengths`, for packing)."""
     t = tokenize_ids([rollouts.prompt_ids[i] for i in idx], [rollouts.output_ids[i] for i in idx], rollouts.pad_id)
-    return {k: v.to(device) for k, v in t.items()}
+    lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) - 1 for i in idx]
+    return {**{k: v.to(device) for k, v in t.items()}, "lengths": lengths}
 
 
 def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tuple[RolloutBatch, dict]:
@@ -201,7 +203,9 @@ def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> lis
     for idx in _micro_batches(rollouts, list(range(len(rollouts))), micro):
         b = _batch(rollouts, idx, device)
         with autocast_context(policy):
-            lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True)["log_probs"]  # (b, T)
+            lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
+                "log_probs"
+            ]  # (b, T)
         for j, i in enumerate(idx):
             out[i] = lp[j].clone()
     return out
@@ -211,63 +215,71 @@ def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - r.shape[0]))) for r in rows])  # (b, T)
 
 
+def _micro_step(policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], step_units: int, device) -> dict:
+    """Forward/backward of micro-batch `mi` with its share of the step's loss; returns its sums for the log."""
+    b = _batch(rollouts, mi, device)
+    with autocast_context(policy):
+        out = get_response_log_probs(
+            policy,
+            b["input_ids"],
+            b["labels"],
+            return_token_entropy=True,
+            share_prefix=True,
+            entropy_grad=bool(cfg.entropy_coef),
+            lengths=b["lengths"],
+        )
+    width, mask = b["labels"].shape[1], b["response_mask"]
+    old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
+    terms, option_terms = loss_terms(cfg, out, old, rollouts, mi, width)
+    loss, meta = grpo_microbatch_train_step(
+        out["log_probs"],
+        mask,
+        compute.share(step_units, normalizer_units(cfg.length_normalization, mask)),
+        cfg.loss_type,
+        raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
+        advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
+        old_log_probs=old,
+        cliprange=cfg.clip_bounds,
+        length_normalization=cfg.length_normalization,
+        normalize_constant=cfg.normalize_constant,
+        **terms,
+    )
+    tokens = int(mask.sum())
+    return {
+        "loss": float(loss),
+        "clip": float(meta["clip_fraction"]) * tokens,
+        "entropy": float((out["token_entropy"].detach() * mask).sum()),
+        "tokens": tokens,
+        "cells": compute.cost(b["lengths"], compute.settings().pack_sequences),  # positions the forward computed
+        **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
+    }
+
+
 def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device) -> dict:
     """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step.
 
     Each micro-batch's loss is its share of the step's mean (compute.share over losses.normalizer_units), so the
     update is the same for any split into micro-batches (the handout's, or a token budget)."""
-    loss_sum, clip_sum, ent_sum, n_tok, cells = 0.0, 0.0, 0.0, 0, 0
-    option_sums: dict[str, float] = {}  # per-token sums of what the options log (kl, tis_*)
     token_mean = cfg.length_normalization == "token_mean"
     step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
     t0 = time.monotonic()
+    sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
     for mi in _micro_batches(rollouts, idx, cfg.micro_batch_size):
-        b = _batch(rollouts, mi, device)
-        with autocast_context(policy):
-            out = get_response_log_probs(
-                policy,
-                b["input_ids"],
-                b["labels"],
-                return_token_entropy=True,
-                share_prefix=True,
-                entropy_grad=bool(cfg.entropy_coef),
-            )
-        width = b["labels"].shape[1]
-        old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
-        terms, sums = loss_terms(cfg, out, old, rollouts, mi, width)
-        loss, meta = grpo_microbatch_train_step(
-            out["log_probs"],
-            b["response_mask"],
-            compute.share(step_units, normalizer_units(cfg.length_normalization, b["response_mask"])),
-            cfg.loss_type,
-            raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
-            advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
-            old_log_probs=old,
-            cliprange=cfg.clip_bounds,
-            length_normalization=cfg.length_normalization,
-            normalize_constant=cfg.normalize_constant,
-            **terms,
-        )
-        for name, per_token in sums.items():
-            option_sums[name] = option_sums.get(name, 0.0) + float((per_token * b["response_mask"]).sum())
-        tokens = int(b["response_mask"].sum())
-        loss_sum += float(loss)
-        clip_sum += float(meta["clip_fraction"]) * tokens
-        ent_sum += float((out["token_entropy"].detach() * b["response_mask"]).sum())
-        n_tok += tokens
-        cells += b["input_ids"].numel()
+        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device).items():
+            sums[key] = sums.get(key, 0) + value
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     opt.step()
     opt.zero_grad(set_to_none=True)
     real = sum(len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) - 1 for i in idx)
+    n_tok = max(sums["tokens"], 1)
     return {
-        "loss": loss_sum,
+        "loss": sums["loss"],
         "grad_norm": grad_norm,
-        "clip_fraction": clip_sum / max(n_tok, 1),
-        "token_entropy": ent_sum / max(n_tok, 1),
-        "tokens_per_s": n_tok / (time.monotonic() - t0),
-        "padding_fraction": 1 - real / max(cells, 1),  # share of the forward's positions that are padding
-        **{name: total / max(n_tok, 1) for name, total in option_sums.items()},
+        "clip_fraction": sums["clip"] / n_tok,
+        "token_entropy": sums["entropy"] / n_tok,
+        "tokens_per_s": sums["tokens"] / (time.monotonic() - t0),
+        "padding_fraction": 1 - real / max(sums["cells"], 1),  # share of the forward's positions that are padding
+        **{k.removeprefix("option/"): v / n_tok for k, v in sums.items() if k.startswith("option/")},
     }
 
 

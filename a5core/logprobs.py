@@ -2,6 +2,8 @@
 
 - `get_response_log_probs`: the handout's function; label log-probs (and entropies) of every position.
 - Shared prompt prefix (`share_prefix`): computed once and its KV cache repeated over the batch (exact).
+- Packed rows (`lengths`, model.pack_sequences): a micro-batch's sequences as one row with restarting position ids,
+  which transformers attends block-causally (SDPA/eager: a block mask; flash-attention 2: varlen); no padding.
 - Chunked LM head (`logits_chunk`, model.logits_chunk via a5core/compute.py): the decoder's last hidden states go
   through the LM head, log-softmax, label pick and entropy a chunk of positions at a time, each chunk under
   activation checkpointing, so backward recomputes one chunk's logits instead of keeping all of them: the
@@ -48,14 +50,17 @@ def shared_prefix_length(input_ids: Tensor) -> int:
     return min(int(same.long().cumprod(0).sum()), input_ids.shape[1] - 1)
 
 
-def _forward(model, input_ids: Tensor, share_prefix: bool, key: str) -> list[tuple[Tensor, slice]]:
+def _forward(model, input_ids: Tensor, share_prefix: bool, key: str, positions=None) -> list[tuple[Tensor, slice]]:
     """`model`'s output `key` (logits, or the decoder's last_hidden_state) as (tensor, column slice) pieces. With a
     shared prefix of P tokens (the prompt template), the prefix runs once at batch 1 and its KV cache is repeated over
     the batch, so the B-1 duplicate prefix computations are skipped. This is exact: causal attention makes the
     prefix's states independent of what follows, and autograd sums the repeated cache's gradients back into the
     single prefix pass. Right padding needs no attention mask for the same reason (pads only come after real
-    tokens)."""
+    tokens). `positions` (1, S): a packed row (`_pack`), run without a cache so that transformers masks it
+    block-causally."""
     b, t = input_ids.shape
+    if positions is not None:
+        return [(getattr(model(input_ids=input_ids, position_ids=positions, use_cache=False), key), slice(0, t))]
     p = shared_prefix_length(input_ids) if share_prefix and b > 1 else 0
     if p < MIN_SHARED_PREFIX:
         return [(getattr(model(input_ids=input_ids), key), slice(0, t))]  # (B, T, V or H)
@@ -88,11 +93,26 @@ def chunkable(model) -> bool:
     )
 
 
-def _chunked(model, input_ids, labels, share_prefix, chunk, entropy, entropy_grad) -> dict[str, Tensor]:
+def _pack(input_ids: Tensor, labels: Tensor, lengths: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded rows (B, T) with `lengths` real positions as one row (1, S) and its positions, restarting at 0 at
+    each sequence: transformers' packed-sequence format (block-causal attention from the position ids)."""
+    ids = torch.cat([input_ids[i, :n] for i, n in enumerate(lengths)])[None]  # (1, S)
+    lab = torch.cat([labels[i, :n] for i, n in enumerate(lengths)])[None]  # (1, S)
+    pos = torch.cat([torch.arange(n, device=input_ids.device) for n in lengths])[None]  # (1, S)
+    return ids, lab, pos
+
+
+def _unpack(packed: Tensor, lengths: list[int], width: int) -> Tensor:
+    """(1, S) back to right-padded rows (B, T), zeros at the padding."""
+    return torch.stack([torch.nn.functional.pad(r, (0, width - r.shape[0])) for r in packed[0].split(lengths)])
+
+
+def _chunked(model, input_ids, labels, share_prefix, chunk, entropy, entropy_grad, positions) -> dict[str, Tensor]:
     """get_response_log_probs through the decoder and the LM head in chunks of `chunk` positions."""
     weight = model.get_output_embeddings().weight  # (V, H)
     lps, ents = [], []
-    for hidden, cols in _forward(model.get_decoder(), input_ids, share_prefix, "last_hidden_state"):  # (B, P, H)
+    decoder = model.get_decoder()
+    for hidden, cols in _forward(decoder, input_ids, share_prefix, "last_hidden_state", positions):  # (B, P, H)
         for s in range(0, hidden.shape[1], chunk):
             h, lab = hidden[:, s : s + chunk], labels[:, cols][:, s : s + chunk]  # (B, C, H), (B, C)
             if torch.is_grad_enabled() and h.requires_grad:  # keep only h; the chunk's logits are rebuilt in backward
@@ -115,6 +135,7 @@ def get_response_log_probs(
     share_prefix: bool = False,
     entropy_grad: bool = False,
     logits_chunk: int | None = None,
+    lengths: list[int] | None = None,
 ) -> dict[str, Tensor]:
     """Forward `model` and return unmasked per-token label log-probs (and, if asked, token entropies).
 
@@ -122,16 +143,28 @@ def get_response_log_probs(
     (B, T, V) graph; `entropy_grad=True` (GRPO's entropy bonus) keeps that graph, from the same forward pass.
     `share_prefix=True` computes a prompt prefix common to all rows once (see `_forward`); the result is
     the same up to floating-point reassociation. `logits_chunk` (default: model.logits_chunk, a5core/compute.py)
-    positions at a time through the LM head; 0 or a model outside compute.CHUNKABLE: all at once.
+    positions at a time through the LM head; 0 or a model outside compute.CHUNKABLE: all at once. `lengths` (each
+    row's real positions) with model.pack_sequences on: the rows run packed into one, padding-free (values at the
+    padding are then 0).
     """
+    cut = compute.settings()
+    if lengths is not None and cut.pack_sequences:
+        ids, lab, pos = _pack(input_ids, labels, lengths)
+        out = _log_probs(model, ids, lab, return_token_entropy, False, entropy_grad, logits_chunk, pos)
+        return {k: _unpack(v, lengths, input_ids.shape[1]) for k, v in out.items()}  # (B, T) each
+    return _log_probs(model, input_ids, labels, return_token_entropy, share_prefix, entropy_grad, logits_chunk)
+
+
+def _log_probs(model, input_ids, labels, entropy, share_prefix, entropy_grad, logits_chunk, positions=None):
+    """get_response_log_probs on rows as given (padded, or one packed row with its `positions`)."""
     if getattr(model, "is_gradient_checkpointing", False) and model.training:
         share_prefix = False  # transformers turns the KV cache off under gradient checkpointing: no prefix to share
     chunk = compute.settings().logits_chunk if logits_chunk is None else logits_chunk
     if chunk and chunkable(model):
-        return _chunked(model, input_ids, labels, share_prefix, chunk, return_token_entropy, entropy_grad)
-    pieces = _forward(model, input_ids, share_prefix, "logits")
+        return _chunked(model, input_ids, labels, share_prefix, chunk, entropy, entropy_grad, positions)
+    pieces = _forward(model, input_ids, share_prefix, "logits", positions)
     out = {"log_probs": torch.cat([label_log_probs(lg, labels[:, cols]) for lg, cols in pieces], dim=1)}  # (B, T)
-    if return_token_entropy:
+    if entropy:
         with torch.enable_grad() if entropy_grad else torch.no_grad():
             out["token_entropy"] = torch.cat([compute_entropy(lg.float()) for lg, _ in pieces], dim=1)  # (B, T)
     return out

@@ -44,7 +44,7 @@ class TrainingStart:
     validation_rows: list[dict]
     bf16_autocast: bool  # model.autocast as resolved on this machine: part of every run's params (and fingerprint)
     weight_update: str = "nearest"  # model.weight_update: a checkpoint's optimizer state is only valid for its own
-    compute: compute.Compute = compute.Compute()  # model.micro_batch_tokens, logits_chunk, gradient_checkpointing
+    compute: compute.Compute = compute.Compute()  # model.micro_batch_tokens and the other compute settings
 
     def numerics(self) -> dict:
         """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint (the
@@ -68,7 +68,9 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     device = stage.setup_torch(seed)
     in_force = autocast.configure(model.autocast, device, weights=model.dtype)
     optim.configure(model.weight_update)  # every make_optimizer of this stage
-    cut = compute.configure(model.micro_batch_tokens, model.logits_chunk, model.gradient_checkpointing)
+    cut = compute.configure(
+        model.micro_batch_tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences
+    )
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     compute.prepare(policy)
     return TrainingStart(

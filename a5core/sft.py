@@ -84,8 +84,9 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
     for idx in groups:
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
+        lengths = [len(batch[i][0]) + len(batch[i][1]) - 1 for i in idx]  # each row's real positions
         with autocast_context(policy):
-            out = get_response_log_probs(policy, ids, labels, return_token_entropy=True, share_prefix=True)
+            out = get_response_log_probs(policy, ids, labels, True, share_prefix=True, lengths=lengths)
         # both are the micro-batch's share of the step's mean, whatever the split (a5core/compute.py)
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
             loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))
@@ -95,9 +96,9 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
         stats["loss"] += float(loss)
         stats["entropy_sum"] += float((out["token_entropy"] * mask).sum())
         stats["tokens"] += int(mask.sum())
-        lengths = torch.tensor([len(batch[i][0]) + len(batch[i][1]) for i in idx])
-        stats["padded"] += int(ids.numel() - (lengths - 1).sum())
-        stats["cells"] += ids.numel()
+        cells = compute.cost(lengths, compute.settings().pack_sequences)  # positions the forward computed
+        stats["padded"] += cells - sum(lengths)
+        stats["cells"] += cells
     return stats
 
 

@@ -31,6 +31,8 @@ def test_split_by_count_keeps_the_order_and_by_budget_packs_longest_first():
     assert compute.split([5, 3, 9, 2], 0, budget=10) == [[2], [0, 1], [3]]
     assert compute.split([4, 4, 4, 4], 0, budget=16) == [[0, 1, 2, 3]]
     assert compute.split([7], 0, budget=7) == [[0]]  # a micro-batch of one that fills the budget exactly
+    # packed, a micro-batch costs its real tokens: 9 alone (9 + 5 > 10), then 5 + 3 + 2
+    assert compute.split([5, 3, 9, 2], 0, budget=10, packed=True) == [[2], [0, 1, 3]]
 
 
 def test_a_budget_smaller_than_the_longest_sequence_is_a_clear_error():
@@ -109,8 +111,12 @@ def _rollouts(tok, n=8):
     return batch
 
 
-def _grpo_update(model, cfg, batch, **cut):
+def _configure(**cut):
     compute.configure(**{"micro_batch_tokens": "auto", "logits_chunk": 0, "gradient_checkpointing": False, **cut})
+
+
+def _grpo_update(model, cfg, batch, **cut):
+    _configure(**cut)
     m = copy.deepcopy(model).train()
     compute.prepare(m)
     before = [p.detach().clone() for p in m.parameters()]
@@ -126,7 +132,13 @@ CUTS = {
     "token budget": (1, {"micro_batch_tokens": 96}),
     "chunked logits": (1, {"logits_chunk": 7}),
     "checkpointing": (2, {"gradient_checkpointing": True}),
+    "packed": (2, {"pack_sequences": True}),
+    "packed to a budget": (1, {"pack_sequences": True, "micro_batch_tokens": 130}),
     "all at once": (4, {"micro_batch_tokens": 80, "logits_chunk": 5, "gradient_checkpointing": True}),
+    "all packed": (
+        4,
+        {"micro_batch_tokens": 150, "logits_chunk": 5, "gradient_checkpointing": True, "pack_sequences": True},
+    ),
 }
 
 
@@ -170,13 +182,28 @@ def test_grpo_refuses_a_budget_below_the_longest_rollout(tiny):
         _grpo_update(model, cfg, batch, micro_batch_tokens=20)
 
 
-def test_the_padded_fraction_is_logged_and_a_budget_lowers_it(tiny):
+def test_the_padded_fraction_is_logged_and_a_budget_lowers_it_and_packing_removes_it(tiny):
     model, tok = tiny
     batch = _rollouts(tok)
     cfg = GRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=2)
     _, handout = _grpo_update(model, cfg, batch)
     _, budget = _grpo_update(model, cfg, batch, micro_batch_tokens=120)
-    assert 0 < budget["padding_fraction"] < handout["padding_fraction"] < 1
+    _, packed = _grpo_update(model, cfg, batch, pack_sequences=True)
+    assert packed["padding_fraction"] == 0 < budget["padding_fraction"] < handout["padding_fraction"] < 1
+
+
+def test_packed_rows_attend_only_within_their_own_sequence(tiny):
+    """One packed row gives each sequence the log-probs it has alone (transformers' block-causal packed mask)."""
+    model, tok = tiny
+    t = _ids(tok, TEXTS)
+    lengths = [int((t["labels"][i] != 0).sum()) for i in range(3)]  # no 0 ids in TEXTS: 0 is the padding
+    _configure(pack_sequences=True)
+    packed = get_response_log_probs(model, t["input_ids"], t["labels"], True, lengths=lengths)
+    for i, n in enumerate(lengths):
+        alone = get_response_log_probs(model, t["input_ids"][i : i + 1, :n], t["labels"][i : i + 1, :n], True)
+        assert torch.allclose(packed["log_probs"][i, :n], alone["log_probs"][0], atol=1e-5)
+        assert torch.allclose(packed["token_entropy"][i, :n], alone["token_entropy"][0], atol=1e-5)
+        assert (packed["log_probs"][i, n:] == 0).all()
 
 
 # ---- SFT ----
@@ -191,7 +218,7 @@ SFT_ROWS = [
 
 
 def _sft_grads(model, tok, cfg, **cut):
-    compute.configure(**{"micro_batch_tokens": "auto", "logits_chunk": 0, "gradient_checkpointing": False, **cut})
+    _configure(**cut)
     m = copy.deepcopy(model).train()
     compute.prepare(m)
     ex = [
