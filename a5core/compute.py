@@ -1,8 +1,9 @@
 """How a training step's work is cut and computed: settings of `model` that change memory and speed, never the loss.
 
-- `micro_batch_tokens`: the compute micro-batches of an optimizer step. `auto`/`handout` keep the handout's split
-  (GRPO: train_batch_size / gradient_accumulation_steps rollouts in the step's order; SFT: micro_batch_size examples
-  sorted by length); a number packs the step's sequences, longest first, into micro-batches of at most that many
+- `micro_batch_tokens`: the compute micro-batches of an optimizer step. `auto`: on CUDA, the largest budget whose
+  memory plan fits 90% of the card (a5core/plan.py; the stage resolves it, a5core/pipeline.py); on the CPU the
+  handout's split (GRPO: train_batch_size / gradient_accumulation_steps rollouts in the step's order; SFT:
+  micro_batch_size examples sorted by length), which the DAG's numbers rest on. A number packs the step's sequences, longest first, into micro-batches of at most that many
   padded tokens (rows x longest row; verl's dynamic batch size). Either way every micro-batch's loss is scaled by its
   share of the optimizer step (`share`), so the gradient is the step's mean whatever the split (tests/test_compute.py).
 - `logits_chunk`: compute the LM head, log-softmax, label log-prob and entropy this many positions at a time, each
@@ -46,8 +47,8 @@ _configured = Compute()
 def configure(
     micro_batch_tokens: int | str, logits_chunk: int, gradient_checkpointing: bool, pack_sequences: bool = False
 ) -> Compute:
-    """Resolve `model`'s settings for this process (once per stage) and return them; `auto` is the handout's split
-    (on the CPU, padding costs no memory that matters and the handout's split is what the DAG's numbers rest on)."""
+    """Set `model`'s settings for this process (once per stage) and return them; `micro_batch_tokens` "auto" here is
+    the handout's split (the stage passes the plan's number instead on CUDA)."""
     global _configured
     budget = micro_batch_tokens if isinstance(micro_batch_tokens, int) else None
     _configured = Compute(budget, logits_chunk, gradient_checkpointing, pack_sequences)

