@@ -3,9 +3,10 @@
 - `micro_batch_tokens`: the compute micro-batches of an optimizer step. `auto`: on CUDA, the largest budget whose
   memory plan fits 90% of the card (a5core/plan.py; the stage resolves it, a5core/pipeline.py); on the CPU the
   handout's split (GRPO: train_batch_size / gradient_accumulation_steps rollouts in the step's order; SFT:
-  micro_batch_size examples sorted by length), which the DAG's numbers rest on. A number packs the step's sequences, longest first, into micro-batches of at most that many
-  padded tokens (rows x longest row; verl's dynamic batch size). Either way every micro-batch's loss is scaled by its
-  share of the optimizer step (`share`), so the gradient is the step's mean whatever the split (tests/test_compute.py).
+  micro_batch_size examples sorted by length), which the DAG's numbers rest on. A number packs the step's sequences,
+  longest first, into micro-batches of at most that many padded tokens (rows x longest row; verl's dynamic batch
+  size). Either way every micro-batch's loss is scaled by its share of the optimizer step (`share`), so the gradient
+  is the step's mean whatever the split (tests/test_compute.py).
 - `logits_chunk`: compute the LM head, log-softmax, label log-prob and entropy this many positions at a time, each
   chunk recomputed in backward (a5core/logprobs.py), so no (tokens x vocabulary) float32 tensor outlives its chunk.
 - `pack_sequences`: each micro-batch runs as one row, its sequences back to back with position ids restarting at

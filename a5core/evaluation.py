@@ -97,6 +97,7 @@ def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[d
         "mean_response_length": _mean([s.output_tokens for s in samples]),
         "mean_length_correct": _mean(correct),
         "mean_length_incorrect": _mean(wrong),
+        "truncation_rate": _mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
     }
     by_subject, by_level, status = defaultdict(list), defaultdict(list), defaultdict(int)
     for s in samples:

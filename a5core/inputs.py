@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from a5core.config import ConfigError, EvalConfig, from_dict
+from a5core.config import ConfigError, EvalConfig, from_dict, reward_fn_problem
 
 CONTRACT_PAIRS = (("</think> <answer>4</answer>", "4"), ("</think> <answer>5</answer>", "4"))  # correct, wrong
 _REF = re.compile(r"\$\{([^}]+)\}")
@@ -132,17 +132,37 @@ def reward_contract_problem(path: str, timeout_s: float) -> str | None:
     return None
 
 
-def reward_fn_problems(params: dict) -> list[str]:
-    """The reward contract of each section's reward_fn (sections with other problems are reported by the checker)."""
+def stage_rewards(params: dict) -> list[tuple[str, str]]:
+    """(where, module:function) of each training stage's own reward_fn (sft, ei, grpo and their runs' overrides)
+    that imports; one that does not is reported by its section's checks."""
     found = []
+    for section, runs in (("sft", None), ("ei", "ei_runs"), ("grpo", "grpo_runs")):
+        entries = params.get(runs) if runs and isinstance(params.get(runs), dict) else {}
+        places = [(section, params.get(section))] + [(f"{runs}.{name}", o) for name, o in entries.items()]
+        for where, values in places:
+            path = values.get("reward_fn") if isinstance(values, dict) else None
+            if isinstance(path, str) and reward_fn_problem(path) is None:
+                found.append((where, path))
+    return found
+
+
+def reward_fn_problems(params: dict) -> list[str]:
+    """The reward contract of each section's reward_fn (sections with other problems are reported by the checker),
+    the training stages' own included (their pools use validation's time limit)."""
+    found, timeout = [], 5.0
     for section in ("eval", "validation"):
         try:
             cfg = from_dict(EvalConfig, params.get(section), section)
         except ConfigError:
             continue
+        timeout = cfg.grader_timeout_s
         problem = reward_contract_problem(cfg.reward_fn, cfg.grader_timeout_s)
         if problem:
             found.append(f"{section}.{problem}")
+    for where, path in stage_rewards(params):
+        problem = reward_contract_problem(path, timeout)
+        if problem:
+            found.append(f"{where}.{problem}")
     return list(dict.fromkeys(found))
 
 

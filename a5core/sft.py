@@ -28,7 +28,10 @@ from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import sft_microbatch_train_step
 from a5core.optim import make_optimizer, make_schedule
+from a5core.rewards import reward_problems, training_reward
 from a5core.tokenization import pad_token_id, tokenize_ids
+
+SFT_PROMPT = "r1_zero"  # the format of the SFT traces (data/prepared/sft.parquet), and so of their reward
 
 Example = tuple[list[int], list[int]]  # (prompt ids, response ids)
 
@@ -49,11 +52,18 @@ class SFTConfig(Section):
     eval_examples: Positive = 32  # questions in the fixed mid-run validation subset
     checkpoint_every: NonNegative = 4  # optimizer steps between resumable checkpoints (0 = never)
     seed: int = 0  # data order seed
+    reward_fn: str | None = None  # the reward sft@filtered's traces are kept by (module:function); None = r1_zero's
 
     def problems(self) -> list[str]:
+        found = reward_problems(self.reward_fn, SFT_PROMPT)
         if self.micro_batch_size > self.batch_size:
-            return [f"micro_batch_size ({self.micro_batch_size}) must be <= batch_size ({self.batch_size})"]
-        return []
+            found.append(f"micro_batch_size ({self.micro_batch_size}) must be <= batch_size ({self.batch_size})")
+        return found
+
+    @property
+    def train_reward(self) -> str:
+        """The reward that filters the traces sft@filtered trains on (filter_sft_data)."""
+        return training_reward(self.reward_fn, SFT_PROMPT)
 
 
 def encode_examples(tokenizer, rows: list[dict]) -> list[Example]:

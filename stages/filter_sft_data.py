@@ -1,4 +1,4 @@
-"""Stage filter_sft_data: keep the SFT traces whose final answer is correct."""
+"""Stage filter_sft_data: keep the SFT traces whose final answer is correct by `sft.reward_fn` (default: r1_zero's)."""
 
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
@@ -7,16 +7,19 @@ from a5core.data.adapters import SFT_SCHEMA
 from a5core.grader import GraderPool
 from a5core.reports import filter_report
 from a5core.runinfo import write_run_record
+from a5core.sft import SFTConfig
 from a5core.sft_data import filter_traces
 
 
 def main() -> None:
     args = stage.args("sft", "out", "metrics", "report", "record")
-    cfg = load_section(EvalConfig, "validation", args.params)
+    reward = load_section(SFTConfig, "sft", args.params).train_reward
+    cfg = load_section(EvalConfig, "validation", args.params)  # the grader's workers and time limit
     rows = stage.rows(args.sft, SFT_SCHEMA.names)
-    with GraderPool(cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s) as pool:
+    with GraderPool(reward, cfg.grader_workers, cfg.grader_timeout_s) as pool:
         kept, rejected, stats = filter_traces(rows, pool)
-    write_parquet(kept, args.out, provenance("filter_sft_data", cfg, {"sft": args.sft}), SFT_SCHEMA)
+    params = {"train_reward": reward, "grader_timeout_s": cfg.grader_timeout_s}
+    write_parquet(kept, args.out, provenance("filter_sft_data", params, {"sft": args.sft}), SFT_SCHEMA)
     write_json({k: v for k, v in stats.items() if k != "by_group"}, args.metrics)
     write_text(filter_report(rows, kept, rejected, stats), args.report)
     write_run_record(args.record, "filter_sft_data")

@@ -400,3 +400,34 @@ def test_the_plan_counts_the_reference_and_the_entropy_graph(tmp_path):
     path.write_text(yaml.safe_dump(params))
     text = "\n".join(plan.report(str(path), 80, tmp_path / "no-model")[0])
     assert "reference policy (grpo.kl_coef)" in text.split("GPU 1")[0]  # on the policy's GPU, not the engine's
+
+
+def test_sft_filtering_names_its_reward_checked_against_the_traces_prompt():
+    from a5core.sft import SFTConfig
+
+    assert SFTConfig().train_reward == REWARD_FNS["r1_zero"]  # the traces are r1_zero-formatted
+    assert from_dict(SFTConfig, {"reward_fn": STRICT}, "sft").train_reward == STRICT
+    with pytest.raises(ConfigError, match="grades the 'question_only' prompt's format"):
+        from_dict(SFTConfig, {"reward_fn": QUESTION_ONLY}, "sft")
+
+
+def test_a_training_stages_own_reward_keeps_the_reward_contract():
+    """A custom reward named by a stage (or one run) is called in a grader worker before any stage runs."""
+    from a5core.inputs import reward_fn_problems
+
+    params = {"validation": {}, "sft": {"reward_fn": "os:system"}, "grpo_runs": {"mine": {"reward_fn": "os:system"}}}
+    found = reward_fn_problems(params)
+    assert [p.split(" ")[0] for p in found] == ["sft.reward_fn", "grpo_runs.mine.reward_fn"]
+    assert all("TypeError" in p for p in found)
+    assert reward_fn_problems({"validation": {}, "grpo": {"reward_fn": STRICT}}) == []  # built-in: not called
+
+
+def test_validation_metrics_give_the_truncation_rate():
+    from a5core.evaluation import summarize
+    from a5core.records import GradedSample
+
+    def sample(i, finish):
+        return GradedSample(str(i), 0, "p", "r", "1", None, "wrong", 0.0, 0.0, 0.0, 8, finish, "s", "l")
+
+    metrics, _, _ = summarize([sample(0, "length"), sample(1, "stop"), sample(2, "stop"), sample(3, "length")], 1)
+    assert metrics["truncation_rate"] == 0.5
