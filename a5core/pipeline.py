@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a5core import autocast, compute, optim, stage
+from a5core import autocast, compute, lora, optim, stage
 from a5core.artifacts import content_hash, write_json
 from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
@@ -45,16 +45,20 @@ class TrainingStart:
     bf16_autocast: bool  # model.autocast as resolved on this machine: part of every run's params (and fingerprint)
     weight_update: str = "nearest"  # model.weight_update: a checkpoint's optimizer state is only valid for its own
     compute: compute.Compute = compute.Compute()  # model.micro_batch_tokens and the other compute settings
+    lora: dict | None = None  # model.lora_rank, lora_alpha, lora_targets
 
     def numerics(self) -> dict:
         """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint (the
-        compute settings only when not the handout's path, so that a default run's artifacts stay what they were)."""
+        compute and LoRA settings only when not the handout's path, so that a default run's artifacts stay what they
+        were)."""
         cut = {} if self.compute == compute.Compute() else {"compute": dataclasses.asdict(self.compute)}
+        adapters = {"lora": self.lora} if self.lora and self.lora["rank"] else {}
         return {
             "model_dtype": self.policy.dtype,
             "bf16_autocast": self.bf16_autocast,
             "weight_update": self.weight_update,
             **cut,
+            **adapters,
         }
 
 
@@ -71,6 +75,7 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     tokens = planned if model.micro_batch_tokens == "auto" and planned else model.micro_batch_tokens
     cut = compute.configure(tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
+    policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     compute.prepare(policy)
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
@@ -83,6 +88,7 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
         bf16_autocast=in_force["bf16_autocast"],
         weight_update=model.weight_update,
         compute=cut,
+        lora={"rank": model.lora_rank, "alpha": model.lora_alpha, "targets": model.lora_targets},
     )
 
 
@@ -215,9 +221,11 @@ def write_results(metrics_path: str | Path, final: Evaluation, initial: dict | N
 def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: dict | None = None) -> None:
     """A loadable HF folder, written beside `out` and renamed into place (never written into an existing, possibly
     cache-linked, output): weights in the training dtype, the tokenizer with the r1_zero chat template, a generation
-    config that stops at `</answer>`, provenance.json, and the final validation (validation.json) when given."""
+    config that stops at `</answer>`, provenance.json, and the final validation (validation.json) when given. A LoRA
+    policy is saved with its adapters merged (a5core/lora.py)."""
     from transformers import GenerationConfig as HFGenerationConfig
 
+    policy = lora.for_saving(policy)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -137,9 +137,11 @@ def training_memory(
     update: str = "nearest",
     logits_chunk: int = 0,
     checkpointing: bool = False,
+    adapters: int = 0,
 ) -> dict[str, float]:
     """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update;
-    `logits_chunk`, `checkpointing`: model.logits_chunk and model.gradient_checkpointing)."""
+    `logits_chunk`, `checkpointing`: model.logits_chunk and model.gradient_checkpointing; `adapters`: LoRA's
+    parameters, float32, the only ones with gradients and AdamW moments)."""
     b = BYTES[dtype]
     p = arch.parameters
     kv = arch.hidden // arch.heads * arch.kv_heads
@@ -149,11 +151,13 @@ def training_memory(
     kept = arch.layers * arch.hidden + per_token_layer if checkpointing else arch.layers * per_token_layer
     activations = tokens * kept * b / GB
     logits = min(tokens, logits_chunk or tokens) * arch.vocab * (b + 8) / GB  # chunked: one chunk's at a time
+    trained = (adapters, 4) if adapters else (p, b)  # (parameters with gradients and moments, their bytes)
     return {
         "weights": p * b / GB,
-        "gradients": p * b / GB,
-        "adamw_moments": 2 * p * b / GB,
-        **({"kahan_compensation": p * b / GB} if update == "kahan" else {}),
+        **({"lora_adapters": adapters * 4 / GB} if adapters else {}),
+        "gradients": trained[0] * trained[1] / GB,
+        "adamw_moments": 2 * trained[0] * trained[1] / GB,
+        **({"kahan_compensation": p * b / GB} if update == "kahan" and not adapters else {}),
         "activations": activations,
         "logits": logits,
         "transients (measured)": TRANSIENTS * (activations + logits),
@@ -170,7 +174,16 @@ PRECISIONS = {
     "bfloat16 weights, stochastic_round": ("bfloat16", "stochastic_round"),
     "bfloat16 weights, kahan": ("bfloat16", "kahan"),
 }
-STATE = ("weights", "gradients", "adamw_moments", "kahan_compensation")
+STATE = ("weights", "lora_adapters", "gradients", "adamw_moments", "kahan_compensation")
+
+
+def lora_parameters(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
+    """Parameters of rank-`rank` adapters (A: r x in, B: out x r) on the named linear layers of every layer."""
+    kv = arch.hidden // arch.heads * arch.kv_heads
+    h, i = arch.hidden, arch.intermediate
+    shapes = {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h)}
+    shapes.update({"gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)})
+    return arch.layers * sum(rank * (a + b) for name, (a, b) in shapes.items() if name in targets)
 
 
 def precision_costs(arch: Arch) -> dict[str, float]:
@@ -207,16 +220,17 @@ def memory_plan(
     update: str = "nearest",
     logits_chunk: int = 0,
     checkpointing: bool = False,
+    adapters: int = 0,
 ) -> list[DevicePlan]:
     """One DevicePlan per GPU the layout uses."""
-    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing)
+    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing, adapters)
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [
             DevicePlan("GPU 0 (policy, training)", train, gpu_gb),
             DevicePlan("GPU 1 (vLLM engine)", {"engine (gpu_memory_utilization)": engine}, gpu_gb),
         ]
-    resident = {k: train[k] for k in ("weights", "adamw_moments", "kahan_compensation") if k in train}
+    resident = {k: train[k] for k in ("weights", "lora_adapters", "adamw_moments", "kahan_compensation") if k in train}
     slack = CUDA_CONTEXT_GB + ALLOCATOR_SLACK_GB
     generating = DevicePlan(
         "GPU 0 while generating (engine awake)",
@@ -271,7 +285,8 @@ def training_plans(params: dict, arch: Arch, model: ModelConfig, gen: Generation
     """The device plans with a training micro-batch of `tokens` tokens, and GRPO's options' memory on the policy's GPU
     (the reference stays there throughout; the entropy graph exists only while training)."""
     chunk, ckpt = model.logits_chunk, model.gradient_checkpointing
-    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt)
+    adapters = lora_parameters(arch, model.lora_rank, model.lora_targets)
+    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt, adapters)
     extra = rl_option_memory(params, arch, model.dtype, 1, tokens, chunk)
     for device in devices:
         if "vLLM engine" not in device.name:

@@ -343,3 +343,19 @@ def test_sampled_token_log_probs_are_the_policys(engine):
         params.logprobs = None  # asking for the log-probs does not change what is sampled
     raw = backend.llm.generate(backend.token_prompts(PROMPTS), plain, use_tqdm=False)
     assert [[c.token_ids for c in cs] for cs in out] == [[tuple(o.token_ids) for o in r.outputs] for r in raw]
+
+
+def test_a_lora_policy_syncs_its_merged_weights(engine, restore):
+    """LoRA (model.lora_rank): the engine gets the adapters merged under the base model's names, passes the exact
+    check and the log-prob probe, and then generates what the LoRA policy does."""
+    from a5core import lora
+
+    backend, _, tok = engine
+    policy = lora.attach(restore, 4, 8.0, ("q_proj", "v_proj", "down_proj"))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)  # B = 0 at the start: make the adapters change the model
+    backend.sync_weights(policy)  # verifies exactly, and by log-probs
+    out = backend.generate(PROMPTS[:1], _greedy(10), progress=False)
+    assert list(out[0][0].token_ids) == _policy_greedy(policy, tok, PROMPTS[0], 10)

@@ -93,9 +93,7 @@ def ei_round_block(k: int) -> str:
         --logs {res}/logs --initial_out {res}/initial.json --scratch scratch/ei_${{key}}/{r}
         --record {res}/run_record.json
       deps: [{code}, "{start}",{history_dep} data/prepared/train.parquet, data/prepared/validation.parquet]
-      params: [ei, "ei_runs.${{key}}", sft, validation, generation, logging, model.dtype, model.autocast,
-        model.weight_update, model.micro_batch_tokens, model.logits_chunk, model.gradient_checkpointing,
-        model.pack_sequences]
+      params: [ei, "ei_runs.${{key}}", sft, validation, generation, logging, model]
       outs: ["models/ei_${{key}}/{r}", "{res}/rollouts.parquet", {{"{res}/logs": {{cache: false}}}},
         {{"{res}/live/metrics.json": {{cache: false}}}}, {{"{res}/report.md": {{cache: false}}}},
         {{"{res}/initial.json": {{cache: false}}}}, {{"{res}/details.json": {{cache: false}}}}]

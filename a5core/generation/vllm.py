@@ -37,6 +37,7 @@ import os
 
 import torch
 
+from a5core import lora
 from a5core.config import GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
 from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
@@ -162,8 +163,9 @@ class VLLMBackend:
     def sync_weights(self, policy) -> None:
         """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured)."""
         self.policy = policy
-        # state_dict, not named_parameters: it names every tensor, tied ones included, as a checkpoint does
-        weights = [(name, t.detach()) for name, t in policy.state_dict().items()]
+        # state_dict, not named_parameters: it names every tensor, tied ones included, as a checkpoint does (LoRA
+        # adapters merged, under the base model's names)
+        weights = [(name, t.detach()) for name, t in lora.merged_state_dict(policy).items()]
         self.load_weights(weights)
         if self.cfg.verify_weight_sync:
             self.verify_exact(weights)
