@@ -244,3 +244,35 @@ def test_sft_gradient_does_not_depend_on_how_the_step_is_cut(tiny, norm):
         grads, stats = _sft_grads(model, tok, cfg, **cut)
         assert stats["loss"] == pytest.approx(ref_stats["loss"], rel=1e-5), (micro, cut)
         assert torch.allclose(grads, ref, atol=1e-6, rtol=1e-4), (micro, cut)
+
+
+def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny):
+    """Clip-higher, overlong masking, the entropy bonus (its graph through the chunked head), KL to a reference and
+    truncated importance sampling, all on: the update does not depend on the split, packing or chunking either."""
+    model, tok = tiny
+    batch = _rollouts(tok)
+    g = torch.Generator().manual_seed(1)
+    lengths = [len(p) + len(o) - 1 for p, o in zip(batch.prompt_ids, batch.output_ids)]
+    batch.ref_log_probs = [-3.0 + 0.3 * torch.randn(n, generator=g) for n in lengths]
+    batch.rollout_log_probs = [-3.0 + 0.3 * torch.randn(len(o), generator=g) for o in batch.output_ids]
+    batch.keep = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    base = dict(
+        loss_type="grpo_clip",
+        cliprange_high=0.28,
+        mask_truncated=True,
+        entropy_coef=0.01,
+        kl_coef=0.1,
+        tis_cap=2.0,
+        length_normalization="token_mean",
+        rollout_batch_size=8,
+        group_size=4,
+        train_batch_size=8,
+        max_grad_norm=1e-4,
+    )
+    ref_delta, ref_row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=1), batch)
+    for name in ("handout split of 4", "token budget", "packed to a budget", "all packed"):
+        k, cut = CUTS[name]
+        delta, row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
+        assert row["kl"] == pytest.approx(ref_row["kl"], rel=1e-5), name
+        assert row["tis_capped_frac"] == pytest.approx(ref_row["tis_capped_frac"]), name
+        assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
