@@ -7,7 +7,9 @@ padded split, measured in one run on this machine.
 Lengths: `dag`: the prompts and responses of the default DAG's baseline generations
 (results/baseline/generations.parquet, written by `dvc repro baseline_eval`); `longtail`: an assumed full-profile-like
 shape (prompts 60-300 tokens, responses log-normal with median 250, capped at --max-tokens): an assumption, since no
-Qwen2.5-Math rollouts can be made here. Each variant runs in its own process: the median step time of --reps steps
+Qwen2.5-Math rollouts can be made here. `--padding` only counts the padded share of the positions each split
+computes, for the baseline's generations, every EI round's rollouts (results/ei/*/round_*/rollouts.parquet) and the
+long-tail shape, without running a model. Each variant runs in its own process: the median step time of --reps steps
 after one warm-up, and the peak resident memory over the resident memory after loading (the CPU's analogue of peak
 allocated memory). Every variant trains the same rollouts from the same weights; `max_abs_update_diff` is its
 largest weight difference from the reference after the steps (the update is the same to float tolerance).
@@ -23,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -55,6 +58,59 @@ def lengths(kind: str, n: int, max_tokens: int, tokenizer, seed: int = 0) -> lis
     return [
         (len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]), max(1, r["output_tokens"])) for r in rows
     ]
+
+
+def ei_lengths(tokenizer) -> list[tuple[int, int]]:
+    """(prompt tokens, response tokens) of every EI rollout the default DAG wrote."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from a5core.prompts import build_prompt
+
+    problems = {r["unique_id"]: r["problem"] for r in pq.read_table("data/prepared/train.parquet").to_pylist()}
+    out = []
+    for path in sorted(glob.glob("results/ei/*/round_*/rollouts.parquet")):
+        for r in pq.read_table(path, columns=["unique_id", "output_tokens"]).to_pylist():
+            prompt = tokenizer(build_prompt(problems[r["unique_id"]]), add_special_tokens=False)["input_ids"]
+            out.append((len(prompt), max(1, r["output_tokens"])))
+    return out
+
+
+def padded_share(sizes: list[tuple[int, int]], count: int, budget: int | None, packed: bool, step: int) -> float:
+    """Padded share of the positions computed when steps of `step` sequences are cut by `count` or `budget`."""
+    lengths = [p + o - 1 for p, o in sizes]
+    cells = real = 0
+    for s in range(0, len(lengths), step):
+        chunk = lengths[s : s + step]
+        for group in compute.split(chunk, count, budget, packed):
+            cells += compute.cost([chunk[j] for j in group], packed)
+        real += sum(chunk)
+    return 1 - real / cells
+
+
+def padding_table(a: argparse.Namespace) -> dict:
+    """The padded share of each source's lengths under the handout's split, a token budget and packing."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(a.model)
+    sources = {
+        "baseline generations": lengths("dag", 10**9, a.max_tokens, tok),
+        "EI rollouts": ei_lengths(tok),
+        "long-tail (assumed)": lengths("longtail", 4096, a.max_tokens, tok),
+    }
+    out = {}
+    for name, sizes in sources.items():
+        longest = max(p + o for p, o in sizes)
+        random.Random(0).shuffle(sizes)  # the step's order (GRPO shuffles its rollouts)
+        out[name] = {
+            "sequences": len(sizes),
+            "handout split 2 of 16": padded_share(sizes, 2, None, False, 16),
+            "handout split 8 of 16": padded_share(sizes, 8, None, False, 16),
+            "token budget 8 x longest": padded_share(sizes, 1, 8 * longest, False, 16),
+            "packed": padded_share(sizes, 1, 8 * longest, True, 16),
+        }
+    return out
 
 
 def run_one(a: argparse.Namespace) -> dict:
@@ -121,11 +177,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--out", default="")
+    ap.add_argument("--padding", action="store_true", help="only the padded share of each split (no model runs)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(run_one(a)))
+        return
+    if a.padding:
+        result = {"command": " ".join(sys.argv), "padded_share": padding_table(a)}
+        print(json.dumps(result, indent=2))
+        if a.out:
+            Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
         return
     result = {"command": " ".join(sys.argv), "machine": _machine(), "loops": {}}
     for loop in ["grpo", "sft"] if a.loop == "both" else [a.loop]:

@@ -20,3 +20,10 @@ def test_step_cut_compares_variants_against_the_padded_split(tmp_path):
     assert list(out) == variants and out[variants[0]]["time_ratio"] == 1.0
     assert all(row["max_abs_update_diff"] < 1e-6 for row in out.values())
     assert out[variants[2]]["padding_fraction"] == 0.0 < out[variants[0]]["padding_fraction"]
+
+
+def test_padded_share_by_hand():
+    sizes = [(1, 4), (1, 2), (1, 8), (1, 1)]  # 4, 2, 8 and 1 positions
+    assert step_cut.padded_share(sizes, 2, None, False, 4) == 1 - 15 / (2 * 4 + 2 * 8)
+    assert step_cut.padded_share(sizes, 1, 8, False, 4) == 1 - 15 / (8 + 2 * 4 + 1)  # [8] [4, 2] [1]
+    assert step_cut.padded_share(sizes, 1, 8, True, 4) == 0.0  # [8] [4, 2, 1] packed
