@@ -39,9 +39,10 @@ def make_optimizer(
 ):
     """AdamW over `model`'s parameters with the weight update `update` (default: the configured one)."""
     update = update or _configured
-    params, betas = [p for p in model.parameters() if p.requires_grad], tuple(betas)  # LoRA: the adapters only
-    if all(p.dtype == torch.float32 for p in params):
-        update = "nearest"  # float32 weights (LoRA's adapters beside bf16 weights too): their updates are exact
+    every = list(model.parameters())
+    params, betas = [p for p in every if p.requires_grad], tuple(betas)  # LoRA: the adapters only
+    if len(params) < len(every) and all(p.dtype == torch.float32 for p in params):
+        update = "nearest"  # LoRA's float32 adapters beside frozen bf16 weights: their updates are exact
     if update != "nearest" and any(p.dtype != torch.bfloat16 for p in params):
         raise ValueError(f"weight update {update!r} is for bfloat16 weights; float32 weights take 'nearest'")
     if update == "stochastic_round":

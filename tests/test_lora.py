@@ -101,3 +101,15 @@ def test_the_plan_counts_adapters_instead_of_full_gradients_and_moments():
     assert adapted["weights"] == full["weights"] and adapted["lora_adapters"] == pytest.approx(9_232_384 * 4 / 1024**3)
     assert adapted["adamw_moments"] == pytest.approx(2 * 9_232_384 * 4 / 1024**3)  # float32 adapters
     assert adapted["gradients"] < full["gradients"] / 50
+
+
+def test_adapters_beside_bf16_weights_are_float32_and_take_exact_updates(tiny):
+    """The full profile's bf16 weights with model.weight_update stochastic_round: PEFT keeps the adapters in float32,
+    whose AdamW updates need no rounding scheme; full fine-tuning of float32 weights still refuses one."""
+    model, _ = tiny
+    policy = lora.attach(copy.deepcopy(model).to(torch.bfloat16), 4, 8.0, TARGETS)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    assert trained and all(p.dtype == torch.float32 for p in trained)
+    assert type(make_optimizer(policy, 1e-3, update="stochastic_round")) is torch.optim.AdamW
+    with pytest.raises(ValueError, match="bfloat16 weights"):
+        make_optimizer(copy.deepcopy(model), 1e-3, update="stochastic_round")
