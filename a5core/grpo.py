@@ -251,6 +251,7 @@ def _micro_step(policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], 
         "entropy": float((out["token_entropy"].detach() * mask).sum()),
         "tokens": tokens,
         "cells": compute.cost(b["lengths"], compute.settings().pack_sequences),  # positions the forward computed
+        "real": sum(b["lengths"]),  # of which real (not padding)
         **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
     }
 
@@ -270,7 +271,6 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     opt.step()
     opt.zero_grad(set_to_none=True)
-    real = sum(len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) - 1 for i in idx)
     n_tok = max(sums["tokens"], 1)
     return {
         "loss": sums["loss"],
@@ -278,7 +278,8 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
         "clip_fraction": sums["clip"] / n_tok,
         "token_entropy": sums["entropy"] / n_tok,
         "tokens_per_s": sums["tokens"] / (time.monotonic() - t0),
-        "padding_fraction": 1 - real / max(sums["cells"], 1),  # share of the forward's positions that are padding
+        "padding_fraction": 1
+        - sums["real"] / max(sums["cells"], 1),  # share of the forward's positions that are padding
         **{k.removeprefix("option/"): v / n_tok for k, v in sums.items() if k.startswith("option/")},
     }
 
