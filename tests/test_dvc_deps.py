@@ -4,7 +4,8 @@ plots are declared, and the small results are kept out of DVC's cache (in git, v
 
 import yaml
 
-from tools.stage_deps import ROOT, ei_round_block, expected_deps
+from tools.dag import WIDTH, expand, load_spec, render
+from tools.stage_deps import ROOT, expected_deps
 
 
 def _stages() -> dict:
@@ -73,12 +74,55 @@ def test_ei_rounds_form_a_chain_and_the_plots_read_the_last_round():
     stages = _stages()
     rounds = sorted(int(name.rsplit("_", 1)[1]) for name in stages if name.startswith("ei_round_"))
     assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 1, rounds
-    for k in rounds:  # round k trains round k-1's model and extends its history (the block tests.stage_deps prints)
-        assert stages[f"ei_round_{k}"] == yaml.safe_load(ei_round_block(k))[f"ei_round_{k}"], (
-            f"ei_round_{k} (python -m tools.stage_deps --ei-round {k})"
-        )
+    for k in rounds:  # round k trains round k-1's model, extends its history and keeps its initial validation
+        body = stages[f"ei_round_{k}"]["do"]
+        cmd, deps = body["cmd"].split(), body["deps"]
+        model = cmd[cmd.index("--model") + 1]
+        assert cmd[cmd.index("--round") + 1] == str(k) and model in deps
+        assert f"models/ei_${{key}}/round_{k}" in body["outs"]
+        if k == 1:
+            assert model == "models/${ei.init_policy}" and "--history" not in cmd
+        else:
+            prev = f"results/ei/${{key}}/round_{k - 1}"
+            assert model == f"models/ei_${{key}}/round_{k - 1}"
+            assert {f"{prev}/logs/rounds.csv", f"{prev}/initial.json"} <= set(deps)
+            assert cmd[cmd.index("--history") + 1] == f"{prev}/logs/rounds.csv"
     last = f"round_{rounds[-1]}"
     assert f"--ei results/ei/{{run}}/{last} " in stages["plots"]["cmd"]
+
+
+def test_dvc_yaml_is_written_from_the_spec_and_reads_back_as_the_same_stages():
+    """dvc.yaml is what `python -m tools.dag` writes from dvc.spec.yaml (edit the spec, never dvc.yaml), every line
+    fits in 120 characters, and the layout parses back to exactly the stages the generator built."""
+    text = (ROOT / "dvc.yaml").read_text()
+    assert text == render(load_spec()), "dvc.yaml is stale: run python -m tools.dag"
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    stages, _ = expand(load_spec())
+    assert _stages() == {name: stage for name, (_, stage) in stages.items()}
+
+
+def test_the_generator_leaves_out_flags_and_deps_that_a_round_does_not_define():
+    spec = {
+        "header": "h",
+        "stages": {
+            "r": {
+                "rounds": 2,
+                "first": {"m": "models/start"},
+                "later": {"m": "models/r<prev>", "h": "logs/r<prev>.csv"},
+                "cmd": "python stages/ei_round.py --round <k> --model <m> --history <h> --out models/r<k>",
+                "deps": ["stages/ei_round.py", "<m>", "<h>"],
+            }
+        },
+    }
+    stages, _ = expand(spec)
+    first, second = stages["r_1"][1], stages["r_2"][1]
+    assert first["cmd"] == "python stages/ei_round.py --round 1 --model models/start --out models/r1"
+    assert second["cmd"] == (
+        "python stages/ei_round.py --round 2 --model models/r1 --history logs/r1.csv --out models/r2"
+    )
+    code = expected_deps()["stages/ei_round.py"]
+    assert first["deps"] == ["stages/ei_round.py", *code, "models/start"]
+    assert second["deps"] == ["stages/ei_round.py", *code, "models/r1", "logs/r1.csv"]
 
 
 def test_every_profile_has_every_param_a_stage_depends_on():

@@ -672,3 +672,32 @@ def test_unbounded_inline_grading_warns_once(monkeypatch, caplog):
         th.join(60)
     assert [o["status"] for o in out] == ["correct", "correct"]
     assert sum("without a time limit" in rec.getMessage() for rec in caplog.records) == 1
+
+
+def test_the_grader_map_examples_hold():
+    """The one example per step in a5core/grader/__init__.py's docstring is what the code does."""
+    from a5core.grader.bounds import Rejected
+    from a5core.grader.equivalence import answers_equal
+    from a5core.grader.extract import extract_r1_zero
+    from a5core.grader.latex_gate import parse_latex
+    from a5core.grader.normalize import normalize, screen
+    from a5core.grader.parse import Unparsable, parse_math
+
+    assert extract_r1_zero("...</think> <answer>\\boxed{\\dfrac12}</answer>") == (True, "\\dfrac12", "")
+    assert normalize("\\dfrac12") == "\\frac{1}{2}" and normalize("10,\\!000") == "10000"
+    with pytest.raises(Rejected):
+        screen(normalize("9^{9^{9}}"))
+    assert str(parse_math("\\frac{1}{2}")) == "1/2" and str(parse_latex("\\cot x")) == "cot(x)"
+    with pytest.raises(Unparsable):
+        parse_math("\\cot x")  # only latex2sympy reads it
+    assert answers_equal("0.5", "\\frac{1}{2}") and not answers_equal("(1,2)", "(2,1)")
+
+
+def test_latex_gate_is_what_grades_log_and_trig_forms_equal():
+    """Without the gate, equal answers written with log/trig/floor score wrong (the reason it is kept)."""
+    from bench.latex_gate_share import flipped_pairs
+
+    result = flipped_pairs()
+    flipped = {(f["answer"], f["ground_truth"]) for f in result["flips"]}
+    assert ("\\log_2 8", "3") in flipped and ("\\sin(x)", "\\sin x") in flipped
+    assert all(f["gate_on"] and not f["gate_off"] for f in result["flips"])  # it only ever accepts

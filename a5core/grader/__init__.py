@@ -1,4 +1,20 @@
-"""The verified math reward: extraction, normalization, screening, equivalence, bounded grading."""
+"""The verified math reward. A response goes through five steps, one module each (tests/test_grader.py checks
+every example here):
+
+1. extract (`extract`): the answer and the format verdict.
+   `...</think> <answer>\\boxed{\\dfrac12}</answer>` -> `\\dfrac12`
+2. normalize (`normalize.normalize`): MATH conventions to one string.
+   `\\dfrac12` -> `\\frac{1}{2}`, `10,\\!000` -> `10000`
+3. screen (`normalize.screen`, `bounds`): refuse what must not reach a parser. `9^{9^{9}}` -> `Rejected`
+4. parse (`parse`, ours; else `latex_gate` in front of latex2sympy): a bounded sympy value.
+   `\\frac{1}{2}` -> 1/2; `\\cot x` -> cot(x) (only latex2sympy reads trig, log, floor)
+5. equivalence (`equivalence`): as MATH graders judge. `0.5` = `\\frac{1}{2}`; `(1,2)` != `(2,1)`
+
+`reward.grade` runs the steps and returns a `GradeResult`; the handout's reward functions wrap it; `pool` runs it
+in killable worker processes under a wall-clock and memory bound. `latex_gate` is kept although few MATH ground
+truths need it: without it equal answers such as `\\log_2 8` for 3 score wrong, which graders that parse LaTeX into
+sympy accept (reports/latex_gate.md, `python -m bench.latex_gate_share`).
+"""
 
 from a5core.grader.pool import GraderPool, detailed_grader, grade_batch, load_reward_fn
 from a5core.grader.reward import (
