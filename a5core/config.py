@@ -387,30 +387,43 @@ class GenerationConfig(Section):
 
 
 @dataclass(frozen=True)
-class EvalConfig(Section):
-    prompt: PromptName = "r1_zero"  # prompt template
+class SamplingFields(Section):
+    """The sampling settings eval, validation, EI and GRPO share, declared and checked once."""
+
+    prompt: PromptName = "r1_zero"  # prompt template (its stop strings go with it)
+    temperature: NonNegativeFloat = 1.0  # sampling temperature (0 = greedy)
+    top_p: TopP = 1.0  # nucleus threshold
+    max_tokens: Positive = 1024  # max new tokens per completion
+    min_tokens: NonNegative = 4  # min new tokens before a stop can end generation
+    seed: int = 0  # the section's seed: each draw derives its own from it (a5core.seeds.derive_seed)
+
+    def problems(self) -> list[str]:
+        if self.min_tokens > self.max_tokens:
+            return [f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})"]
+        return []
+
+    def sampling_config(self, n: int, seed: int, prompt: str | None = None) -> SamplingConfig:
+        """These settings with n samples per prompt from streams seeded by `seed`, stopping as `prompt` (default:
+        this section's) requires."""
+        from a5core.prompts import STOPS
+
+        stop = STOPS[prompt or self.prompt]
+        return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.min_tokens, stop, n, seed)
+
+
+@dataclass(frozen=True)
+class EvalConfig(SamplingFields):
     reward_fn: str = "a5core.grader:r1_zero_reward_fn"  # grader by import path (module:function)
     samples_per_example: Positive = 1  # k samples per question; accuracy is their mean (avg@k)
-    temperature: NonNegativeFloat = 1.0  # sampling temperature
-    top_p: TopP = 1.0  # nucleus threshold
-    max_tokens: Positive = 1024  # max new tokens
-    min_tokens: NonNegative = 4  # min new tokens
-    seed: int = 0  # sampling seed
     grader_workers: Positive = 2  # grading processes
     grader_timeout_s: PositiveFloat = 5.0  # per-item grading time bound (seconds)
 
     def problems(self) -> list[str]:
-        found = [reward_fn_problem(self.reward_fn)]
-        if self.min_tokens > self.max_tokens:
-            found.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        return [p for p in found if p]
+        return [p for p in [reward_fn_problem(self.reward_fn), *super().problems()] if p]
 
     def sampling(self, n: int = 1, prompt: str | None = None) -> SamplingConfig:
-        """These settings with n samples per prompt, stopping as `prompt` (default: this section's) requires."""
-        from a5core.prompts import STOPS
-
-        stop = STOPS[prompt or self.prompt]
-        return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.min_tokens, stop, n, self.seed)
+        """n samples per question; the same seeds for every policy, so two evaluations pair question by question."""
+        return self.sampling_config(n, self.seed, prompt)
 
 
 @dataclass(frozen=True)

@@ -21,36 +21,27 @@ from dataclasses import dataclass, replace
 from typing import Callable, Literal
 
 from a5core.checkpoint import Checkpointer
-from a5core.config import (
-    NonNegative,
-    NonNegativeFloat,
-    Positive,
-    PositiveFloat,
-    PromptName,
-    SamplingConfig,
-    Section,
-    TopP,
-    init_policy_problem,
-)
-from a5core.evaluation import Evaluation, generate_and_grade, log_evaluation, response_entropies
+from a5core.config import NonNegative, Positive, PositiveFloat, SamplingConfig, SamplingFields, init_policy_problem
+from a5core.evaluation import RunResult, generate_and_grade, log_evaluation, response_entropies
 from a5core.history import RunHistory
-from a5core.prompts import STOPS
 from a5core.records import GradedSample, RoundRollout
 from a5core.rewards import reward_problems, training_reward
+from a5core.seeds import derive_seed
 from a5core.sft import SFTConfig, train_sft
+from a5core.stats import mean
 
 # The round report's scalars that go into the history table (rounds.csv) next to the validation metrics.
 ROUND_SCALARS = (
-    "rollouts",
-    "correct",
-    "kept",
-    "retention",
-    "share_zero_correct",
-    "share_all_correct",
-    "duplicates_removed",
-    "removed_by_cap",
-    "mean_length_kept",
-    "mean_token_entropy_rollouts",
+    "count/rollouts",
+    "count/correct",
+    "count/kept",
+    "rollout/retention",
+    "rollout/share_zero_correct",
+    "rollout/share_all_correct",
+    "count/duplicates_removed",
+    "count/removed_by_cap",
+    "rollout/response_tokens_kept",
+    "rollout/entropy",
     "trained",
 )
 
@@ -60,7 +51,7 @@ class NoCorrectSamples(RuntimeError):
 
 
 @dataclass(frozen=True)
-class EIConfig(Section):
+class EIConfig(SamplingFields):  # prompt, temperature, top_p, max/min_tokens, seed: the rollouts' (SamplingFields)
     init_policy: str = "sft_filtered"  # model folder under models/ that round 1 starts from (base = the fetched model)
     n_questions: Positive = 512  # D_b: questions sampled per round
     rollouts_per_question: Positive = 4  # G: samples per question
@@ -69,44 +60,19 @@ class EIConfig(Section):
     sft_epochs: Positive = 1  # SFT epochs over the kept data per round
     learning_rate: PositiveFloat = 5e-5  # SFT learning rate within a round
     rewarm: bool = False  # warm the learning rate up again in every round (sft.warmup_ratio); off: start at the peak
-    prompt: PromptName = "r1_zero"  # rollout prompt (its stop strings go with it)
     reward_fn: str | None = None  # the reward rollouts are kept by (module:function); None = the prompt's (REWARD_FNS)
-    temperature: NonNegativeFloat = 1.0  # rollout sampling temperature
-    top_p: TopP = 1.0  # rollout nucleus threshold
-    max_tokens: Positive = 1024  # max new tokens per rollout
-    min_tokens: NonNegative = 4  # min new tokens per rollout
-    seed: int = 0  # question sampling and rollout seed (offset by the round number)
     if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on
 
     def problems(self) -> list[str]:
         found = [init_policy_problem(self.init_policy), *reward_problems(self.reward_fn, self.prompt)]
-        if self.min_tokens > self.max_tokens:
-            found.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        return [p for p in found if p]
+        return [p for p in found if p] + super().problems()
 
     @property
     def train_reward(self) -> str:
         return training_reward(self.reward_fn, self.prompt)
 
     def sampling(self, round_idx: int) -> SamplingConfig:
-        return SamplingConfig(
-            self.temperature,
-            self.top_p,
-            self.max_tokens,
-            self.min_tokens,
-            STOPS[self.prompt],
-            self.rollouts_per_question,
-            self.seed * 1000 + round_idx,
-        )
-
-
-@dataclass
-class RoundResult:
-    """What one EI round produced."""
-
-    rollouts: list[RoundRollout]
-    report: dict  # data statistics of the round (see round_report)
-    final: Evaluation  # full validation of the policy after the round
+        return self.sampling_config(self.rollouts_per_question, derive_seed(self.seed, "ei_rollouts", round_idx))
 
 
 def select_kept(samples: list[GradedSample], max_per_question: int, dedup: bool) -> tuple[list[GradedSample], dict]:
@@ -125,26 +91,23 @@ def select_kept(samples: list[GradedSample], max_per_question: int, dedup: bool)
         take = group[:max_per_question] if max_per_question else group
         capped += len(group) - len(take)
         kept.extend(take)
-    return kept, {"duplicates_removed": dup, "removed_by_cap": capped}
+    return kept, {"count/duplicates_removed": dup, "count/removed_by_cap": capped}
 
 
 def round_report(samples: list[GradedSample], kept: list[GradedSample], counts: dict, g: int) -> dict:
     per_q = Counter(s.unique_id for s in samples if s.reward == 1.0)
     questions = {s.unique_id for s in samples}
 
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else 0.0
-
     return {
-        "questions": len(questions),
-        "rollouts": len(samples),
-        "correct": sum(per_q.values()),
-        "kept": len(kept),
-        "retention": len(kept) / max(len(samples), 1),
-        "share_zero_correct": mean([per_q.get(q, 0) == 0 for q in questions]),
-        "share_all_correct": mean([per_q.get(q, 0) == g for q in questions]),
-        "mean_length_kept": mean([s.output_tokens for s in kept]),
-        "mean_length_all": mean([s.output_tokens for s in samples]),
+        "count/questions": len(questions),
+        "count/rollouts": len(samples),
+        "count/correct": sum(per_q.values()),
+        "count/kept": len(kept),
+        "rollout/retention": len(kept) / max(len(samples), 1),
+        "rollout/share_zero_correct": mean([per_q.get(q, 0) == 0 for q in questions]),
+        "rollout/share_all_correct": mean([per_q.get(q, 0) == g for q in questions]),
+        "rollout/response_tokens_kept": mean([s.output_tokens for s in kept]),
+        "rollout/response_tokens": mean([s.output_tokens for s in samples]),
         "kept_by_subject": dict(Counter(s.subject for s in kept)),
         "kept_by_level": dict(Counter(s.level for s in kept)),
         "success_counts": dict(Counter(per_q.get(q, 0) for q in questions)),
@@ -171,7 +134,9 @@ def graded_rollouts(
     saved = ckpt.load() if ckpt else None
     if saved:
         return [GradedSample(**s) for s in saved["samples"]], saved["entropies"]
-    questions = random.Random(cfg.seed * 1000 + round_idx).sample(train_rows, min(cfg.n_questions, len(train_rows)))
+    questions = random.Random(derive_seed(cfg.seed, "ei_questions", round_idx)).sample(
+        train_rows, min(cfg.n_questions, len(train_rows))
+    )
     backend.sync_weights(policy)  # on vLLM: push (and verify) the policy this round starts from
     samples = generate_and_grade(backend, questions, cfg.prompt, cfg.sampling(round_idx), pool)
     entropies = response_entropies(policy, tokenizer, samples)
@@ -187,7 +152,7 @@ def round_sft_config(cfg: EIConfig, sft_cfg: SFTConfig, round_idx: int) -> SFTCo
         sft_cfg,
         epochs=cfg.sft_epochs,
         learning_rate=cfg.learning_rate,
-        seed=cfg.seed + round_idx,
+        seed=derive_seed(cfg.seed, "ei_sft", round_idx),
         eval_every=0,
         warmup_ratio=sft_cfg.warmup_ratio if cfg.rewarm else 0.0,
     )
@@ -202,7 +167,7 @@ def kept_rollouts(
         **round_report(samples, kept, counts, cfg.rollouts_per_question),
         "cap": cfg.max_kept_per_question,
         "dedup": cfg.dedup,
-        "mean_token_entropy_rollouts": sum(entropies) / max(len(entropies), 1),
+        "rollout/entropy": mean(entropies),  # mean next-token entropy of the round's rollouts, nats
     }
     kept_ids = {id(s) for s in kept}
     rollouts = [RoundRollout.of(s, e, id(s) in kept_ids, round_idx) for s, e in zip(samples, entropies)]
@@ -224,7 +189,7 @@ def ei_round(
     scratch: str | None = None,
     fp: str = "",
     n_completions: int = 8,
-) -> RoundResult:
+) -> RunResult:
     """One EI round; trains `policy` in place (see the module docstring).
 
     `scratch` (with fingerprint `fp` of everything the round depends on): where the graded rollouts and the SFT
@@ -246,10 +211,10 @@ def ei_round(
         print(f"WARNING: {msg} The policy is passed on untrained (ei.if_no_correct=skip).")
         final = validate(policy, full=True)
         log_evaluation(history, 0, final, n_completions)
-        return RoundResult(rollouts, {**report, "trained": False, "message": msg}, final)
+        return RunResult(final, {**report, "trained": False, "message": msg}, rollouts)
     sft_ckpt = Checkpointer(f"{scratch}/sft", fp, sft_cfg.checkpoint_every) if scratch else None
     rows = [{"unique_id": s.unique_id, "prompt": s.prompt, "response": s.response} for s in kept]
-    final = train_sft(
+    trained = train_sft(
         policy,
         tokenizer,
         rows=rows,
@@ -259,7 +224,7 @@ def ei_round(
         ckpt=sft_ckpt,
         n_completions=n_completions,
     )
-    return RoundResult(rollouts, {**report, "trained": True}, final)
+    return RunResult(trained.final, {**report, "trained": True}, rollouts)
 
 
 def history_row(round_idx: int, metrics: dict, report: dict | None = None) -> dict:

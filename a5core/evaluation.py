@@ -10,7 +10,7 @@ metrics files DVC shows stay a few columns wide.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,7 +19,7 @@ from a5core.generation.base import Backend
 from a5core.grader.pool import GraderPool
 from a5core.prompts import build_prompt
 from a5core.records import GradedSample
-from a5core.stats import accuracy_interval, per_question
+from a5core.stats import accuracy_interval, mean, per_question
 
 ENTROPY_SAMPLE = 64  # responses whose entropy is computed by a forward pass when the backend did not record it
 
@@ -33,6 +33,15 @@ class Evaluation:
     breakdown: dict  # by subject, by level, grading-status counts
     per_question: dict[str, float]  # mean answer reward per question (for paired differences)
     entropies: list[float | None]  # mean token entropy per sample, where computed
+
+
+@dataclass
+class RunResult:
+    """What every training loop returns (SFT, an EI round, GRPO): the final full validation and the run's details."""
+
+    final: Evaluation
+    details: dict = field(default_factory=dict)  # scalars for details.json (GRPO: steps, best point; EI: round report)
+    rollouts: list = field(default_factory=list)  # an EI round's graded rollouts (RoundRollout); empty elsewhere
 
 
 def generate_and_grade(
@@ -67,37 +76,34 @@ def generate_and_grade(
     ]
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
-
-
 def _counts(samples: list[GradedSample]) -> dict:
     return {
-        "n": len(samples),
-        "accuracy": _mean([s.answer_reward for s in samples]),
-        "format_rate": _mean([s.format_reward for s in samples]),
-        "format1_answer1": sum(s.format_reward == 1 and s.answer_reward == 1 for s in samples),
-        "format1_answer0": sum(s.format_reward == 1 and s.answer_reward == 0 for s in samples),
-        "format0_answer0": sum(s.format_reward == 0 for s in samples),
+        "count/samples": len(samples),  # graded samples (questions x samples per question)
+        "eval/accuracy": mean([s.answer_reward for s in samples]),  # mean answer reward, in [0, 1]
+        "eval/format_rate": mean([s.format_reward for s in samples]),  # share with the prompt's format
+        "eval/format1_answer1": sum(s.format_reward == 1 and s.answer_reward == 1 for s in samples),  # samples
+        "eval/format1_answer0": sum(s.format_reward == 1 and s.answer_reward == 0 for s in samples),  # samples
+        "eval/format0_answer0": sum(s.format_reward == 0 for s in samples),  # samples
     }
 
 
 def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[dict, dict, dict[str, float]]:
-    """(headline metrics, breakdown, per-question scores) of a set of graded samples."""
+    """(headline metrics, breakdown, per-question scores) of a set of graded samples. Metric names are namespaced
+    (`eval/`, `count/`: bookkeeping, not plotted; a5core.history) and mean the same in every row and file."""
     scores = per_question([(s.unique_id, s.answer_reward) for s in samples])
     lo, hi = accuracy_interval(scores, samples_per_question)
     correct = [s.output_tokens for s in samples if s.answer_reward == 1]
     wrong = [s.output_tokens for s in samples if s.answer_reward != 1]
     metrics = {
-        "n_questions": len(scores),
-        "samples_per_question": samples_per_question,
+        "count/questions": len(scores),
+        "count/samples_per_question": samples_per_question,
         **_counts(samples),
-        "accuracy_lo": lo,
-        "accuracy_hi": hi,
-        "mean_response_length": _mean([s.output_tokens for s in samples]),
-        "mean_length_correct": _mean(correct),
-        "mean_length_incorrect": _mean(wrong),
-        "truncation_rate": _mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
+        "eval/accuracy_lo": lo,  # 95% interval of eval/accuracy, questions as the unit (a5core.stats)
+        "eval/accuracy_hi": hi,
+        "eval/response_tokens": mean([s.output_tokens for s in samples]),  # mean response length, tokens
+        "eval/response_tokens_correct": mean(correct),  # of answer-correct samples (NaN: none)
+        "eval/response_tokens_incorrect": mean(wrong),
+        "eval/truncation_rate": mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
     }
     by_subject, by_level, status = defaultdict(list), defaultdict(list), defaultdict(int)
     for s in samples:
@@ -132,7 +138,7 @@ def evaluate_policy(
     samples = generate_and_grade(backend, rows, prompt, sampling, pool, progress)
     metrics, breakdown, scores = summarize(samples, cfg.samples_per_example)
     entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE)
-    metrics["mean_token_entropy"] = _mean([e for e in entropies if e is not None])
+    metrics["eval/entropy"] = mean([e for e in entropies if e is not None])  # mean next-token entropy, nats
     return Evaluation(samples, metrics, breakdown, scores, entropies)
 
 
@@ -146,15 +152,15 @@ def completions(evaluation: Evaluation, n: int) -> list[dict]:
             "ground_truth": s.ground_truth,
             "reward": s.reward,
             "format_reward": s.format_reward,
-            "mean_token_entropy": e,
+            "entropy": e,
         }
         for s, e in list(zip(evaluation.samples, evaluation.entropies))[:n]
     ]
 
 
-def log_evaluation(history, step: int, evaluation: Evaluation, n_completions: int, **extra) -> None:
-    """One eval row (headline metrics) and its completions table into a RunHistory."""
-    history.log("eval", {"step": step, **evaluation.metrics, **extra})
+def log_evaluation(history, step: int, evaluation: Evaluation, n_completions: int, extra: dict | None = None) -> None:
+    """One eval row (headline metrics, and `extra` namespaced fields) and its completions table into a RunHistory."""
+    history.log("eval", {"step": step, **evaluation.metrics, **(extra or {})})
     history.log_completions(step, completions(evaluation, n_completions))
 
 
@@ -164,7 +170,7 @@ def response_entropies(policy, tokenizer, samples: list[GradedSample], limit: in
     From generation where the backend recorded it (hf: the very distributions the tokens were sampled from);
     otherwise one teacher-forced forward pass, for the first `limit` samples lacking it (the rest stay None).
     """
-    out = [_mean(s.token_entropies) if s.token_entropies else None for s in samples]
+    out = [mean(s.token_entropies) if s.token_entropies else None for s in samples]
     missing = [i for i, e in enumerate(out) if e is None][:limit]
     for i, e in zip(missing, forward_entropies(policy, tokenizer, [samples[i] for i in missing])):
         out[i] = e

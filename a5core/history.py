@@ -2,7 +2,7 @@
 
 `RunHistory` owns every row a loop logs ("train" per optimizer step, "eval" per evaluation, and sampled validation
 completions) and writes each one through, as it is logged, to:
-- dvclive (`<live>/plots/metrics/<kind>/<metric>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
+- dvclive (`<live>/plots/metrics/<namespace>/<name>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
   `dvc plots`, the VS Code extension and DVC Studio read live;
 - `<logs>/<kind>.csv`, the whole rows but their wall-clock fields, which the plots stage and the next EI round read;
 - `<logs>/timing_<kind>.csv`, the wall-clock fields (`*_s`: seconds, and rates per second) by step. They are not a
@@ -27,38 +27,22 @@ from a5core.artifacts import write_text
 from a5core.config import LoggingConfig
 
 CONSOLE_FIELDS = (  # (row key, label, format) of the console line, when the row has the key
-    ("loss", "loss", "{:.4f}"),
-    ("train_reward", "reward", "{:.3f}"),
-    ("lr", "lr", "{:.2e}"),
-    ("token_entropy", "entropy", "{:.3f}"),
-    ("mean_entropy", "entropy", "{:.3f}"),
-    ("grad_norm", "grad", "{:.3f}"),
-    ("tokens_per_s", "tok/s", "{:.0f}"),
+    ("train/loss", "loss", "{:.4f}"),
+    ("rollout/reward", "reward", "{:.3f}"),
+    ("train/lr", "lr", "{:.2e}"),
+    ("train/entropy", "entropy", "{:.3f}"),
+    ("train/grad_norm", "grad", "{:.3f}"),
+    ("perf/tokens_per_s", "tok/s", "{:.0f}"),
 )
+# Every row key but `step` is `<namespace>/<name>`, one name per quantity in every row and file: `train/` the
+# optimizer step, `rollout/` the step's samples, `eval/` a validation, `perf/` speed, `count/` bookkeeping. The
+# namespace decides the sinks: `count/` stays in the CSV logs (not a curve), `*_s` timings stay out of dvclive.
+NAMESPACES = ("train", "rollout", "eval", "perf", "count")
 
 
-# Row fields that are bookkeeping, not curves: kept in the CSV logs, not drawn as dvclive plots.
-NOT_PLOTTED = {
-    "n",
-    "n_questions",
-    "samples_per_question",
-    "grpo_step",
-    "epoch",
-    "accuracy_lo",
-    "accuracy_hi",
-    "format1_answer1",
-    "format1_answer0",
-    "format0_answer0",
-    "response_tokens",
-    "mean_response_tokens",
-    "response_length_correct",
-    "response_length_incorrect",
-    "train_format_reward",
-    "train_answer_reward",
-    "mean_length_correct",
-    "mean_length_incorrect",
-    "padding_fraction",
-}
+def plotted(key: str) -> bool:
+    """A curve in dvclive (and TensorBoard): not bookkeeping (`count/`)."""
+    return key.split("/", 1)[0] != "count"
 
 
 def is_timing(key: str) -> bool:
@@ -120,18 +104,21 @@ class RunHistory:
 
     def log(self, kind: str, row: dict, *, echo: bool = True) -> None:
         """Record one row (it must have `step`, the optimizer step) and write it to every sink."""
+        bad = [k for k in row if k != "step" and k.split("/", 1)[0] not in NAMESPACES]
+        if bad:
+            raise ValueError(f"row keys must be <namespace>/<name> with a namespace in {NAMESPACES}: {bad}")
         row = _flat(row)
         self.rows.setdefault(kind, []).append(row)
         self.order.append(kind)
         step = int(row["step"])
         self.live.step = step
         for key, value in _numeric(row).items():
-            if key == "step" or key in NOT_PLOTTED:
+            if key == "step" or not plotted(key):
                 continue
             if not is_timing(key):  # dvclive's files are DVC outputs: wall-clock values would change them
-                self.live.log_metric(f"{kind}/{key}", value)
+                self.live.log_metric(key, value)
             if self.tb is not None:
-                self.tb.add_scalar(f"{kind}/{key}", value, step)
+                self.tb.add_scalar(key, value, step)
         self.live.make_summary()
         self._write_csv(kind)
         if echo and kind == "train":
@@ -197,7 +184,7 @@ class RunHistory:
         t0, s0 = self._clock
         parts = [f"[{self.name}] step {step}/{self.total_steps}"]
         parts += [label + " " + fmt.format(row[key]) for key, label, fmt in CONSOLE_FIELDS if _finite(row.get(key))]
-        accuracy = self.last("eval", "accuracy")
+        accuracy = self.last("eval", "eval/accuracy")
         if accuracy is not None:
             parts.append(f"val acc {accuracy:.3f}")
         if step > s0:

@@ -1,33 +1,43 @@
-"""Glue shared by the training stages: their common start (configs, policy, backend, validation rows), the validation
-of a policy (the whole set at the end, a fixed seeded subset mid-run), and saving a policy folder together with its
-validation result, so that the next stage starts its curve (EI round 0, GRPO step 0) and its paired comparison
-without evaluating the same weights again."""
+"""Glue shared by the training stages (sft, ei_round, grpo).
+
+- `training_stage(...)`: the common prologue, as one context: grader pools, `training_start` (configs, plans, the
+  policy and its backend, validation rows), the run history, the validator and the starting policy's validation.
+- `Validator`: a policy's validation, the whole set (the reported number) or a fixed seeded subset (mid-run curves).
+- `save_policy` writes a policy folder with its validation, so the next stage starts its curve (EI round 0, GRPO
+  step 0) and its paired comparison without evaluating the same weights again; `write_results` the metrics files.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from a5core import autocast, compute, lora, optim, stage
-from a5core.artifacts import content_hash, write_json
+from a5core.artifacts import content_hash, provenance, write_json
 from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
 from a5core.evaluation import Evaluation, evaluate_policy
 from a5core.generation import make_backend
 from a5core.grader.pool import GraderPool
-from a5core.history import is_timing
+from a5core.history import RunHistory, is_timing
 from a5core.model_io import load_policy
 from a5core.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
+from a5core.seeds import derive_seed
 from a5core.stats import paired_difference
 
 VALIDATION_FILE = "validation.json"
+# Bump when what a validation record holds changes without a params change, so saved records are measured again
+# (2: sampling streams from a5core.seeds.derive_seed, namespaced metric names).
+PROTOCOL_VERSION = 2
 QUESTION_COLUMNS = ("unique_id", "problem", "answer")  # what a validation question is
 
 
@@ -92,6 +102,53 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     )
 
 
+@dataclass
+class TrainingStage:
+    """What a training stage has once its prologue ran (`training_stage`)."""
+
+    name: str  # the stage's name, e.g. grpo@reinforce_baseline (console, provenance)
+    start: TrainingStart
+    pool: GraderPool  # grades the training reward (SFT: validation's pool)
+    validate: Validator
+    history: RunHistory
+    protocol: str  # validation_protocol of this stage's validations
+    initial: dict  # the starting policy's full validation record
+
+    def save(self, out: str, final: Evaluation, params: dict, inputs: dict) -> None:
+        """The trained policy's folder, with its provenance and its final validation."""
+        prov = provenance(self.name, params, inputs)
+        save_policy(self.start.policy, self.start.tokenizer, out, prov, validation_record(final, self.protocol))
+
+
+@contextlib.contextmanager
+def training_stage(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    seed: int,
+    subset_size: int,
+    initial_from: str,
+    train_reward: str | None = None,
+    val_reward: str | None = None,
+    prompt: str | None = None,
+) -> Iterator[TrainingStage]:
+    """The training stages' prologue: start the grader pools (`train_reward`, `val_reward`, default: the validation
+    section's; one pool when equal) so their imports overlap the model load, `training_start`, the run history, the
+    validator (with `prompt`, default: the validation section's) and the validation of the policy in
+    `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
+    validation = load_section(EvalConfig, "validation", args.params)
+    train_reward, val_reward = train_reward or validation.reward_fn, val_reward or validation.reward_fn
+    pool = grader_pool(validation, train_reward).start()
+    vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
+    start = training_start(args, seed)
+    protocol = validation_protocol(start.validation, args.validation, prompt)
+    history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging)
+    with history, pool, vpool:
+        validate = Validator(start, vpool, subset_size=subset_size, prompt=prompt)
+        initial = initial_validation(initial_from, protocol, validate, start.policy)
+        yield TrainingStage(name, start, pool, validate, history, protocol, initial)
+
+
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
     """A grading pool with the section's workers and time limit (and its reward_fn unless another is named)."""
     return GraderPool(reward_fn or cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s)
@@ -128,7 +185,12 @@ class Validator:
         self.start, self.pool, self.prompt = start, pool, prompt or start.validation.prompt
         rows = start.validation_rows
         k = min(subset_size, len(rows))
-        self.subset = [rows[i] for i in sorted(random.Random(start.validation.seed).sample(range(len(rows)), k))]
+        self.subset = [
+            rows[i]
+            for i in sorted(
+                random.Random(derive_seed(start.validation.seed, "validation_subset")).sample(range(len(rows)), k)
+            )
+        ]
 
     def __call__(self, policy, *, full: bool) -> Evaluation:
         self.start.backend.sync_weights(policy)
@@ -152,7 +214,14 @@ def validation_protocol(cfg: EvalConfig, validation_path: str, prompt: str | Non
     questions = content_hash(stage.rows(validation_path, list(QUESTION_COLUMNS)), list(QUESTION_COLUMNS))
     numerics = autocast.in_force()["bf16_autocast"]
     return fingerprint(
-        {"validation": cfg, "prompt": prompt or cfg.prompt, "questions": questions, "bf16": numerics}, {}
+        {
+            "validation": cfg,
+            "prompt": prompt or cfg.prompt,
+            "questions": questions,
+            "bf16": numerics,
+            "version": PROTOCOL_VERSION,
+        },
+        {},
     )
 
 
@@ -180,11 +249,11 @@ def paired_summary(final: Evaluation, initial: dict) -> dict:
     """The change from the starting policy on the same questions and seeds, with its paired 95% interval."""
     delta, lo, hi = paired_difference(final.per_question, initial["per_question"])
     return {
-        "initial_accuracy": initial["metrics"]["accuracy"],
-        "delta": delta,
-        "delta_lo": lo,
-        "delta_hi": hi,
-        "delta_excludes_zero": lo > 0 or hi < 0,
+        "eval/initial_accuracy": initial["metrics"]["eval/accuracy"],
+        "eval/delta": delta,
+        "eval/delta_lo": lo,
+        "eval/delta_hi": hi,
+        "eval/delta_excludes_zero": lo > 0 or hi < 0,
     }
 
 
@@ -202,7 +271,7 @@ class Snapshots:
             save_policy(policy, self.tokenizer, self.folder / f"step_{step}", {**self.prov, "step": step})
 
 
-METRIC_KEYS = ("accuracy", "accuracy_lo", "accuracy_hi", "delta", "delta_lo", "delta_hi")
+METRIC_KEYS = ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "eval/delta", "eval/delta_lo", "eval/delta_hi")
 
 
 def write_results(metrics_path: str | Path, final: Evaluation, initial: dict | None = None, **extra) -> dict:

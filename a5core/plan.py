@@ -1,24 +1,15 @@
 """Memory and disk plans for the configured DAG, before any work: `python -m a5core.plan [--params P] [--gpu-gb 80]`.
 
-Memory, per device, for the policy's training step and the vLLM engine (`generation.layout`):
-- weights, gradients and AdamW's two moments: 4 x P x bytes(model.dtype) (torch's AdamW keeps its moments in the
-  parameters' dtype, and so does torchao's with stochastic rounding), plus P x 2 bytes of compensation buffer for
-  `model.weight_update: kahan`; the report lists each precision choice's cost (PRECISIONS, reports/precision.md);
-- activations of one micro-batch of b sequences of T = prompt + max_tokens tokens, with flash/SDPA attention (no
-  T x T scores kept): per token and layer about 8h + 2 kv + 4i values (norm inputs, q/k/v, attention output, the
-  o_proj and MLP inputs, gate, up, their product; h hidden, kv the key/value width, i the MLP width) in the model
-  dtype, plus the logits: b T V values in the compute dtype and two float32 copies (log-softmax and its gradient);
-- transients, 0.35 x (activations + logits): measured, not derived. On an H200 (torch 2.11, SDPA, bench/gpu_check.py,
-  reports/gpu_check.json) the peak allocated memory of a bf16 step of Qwen2.5-Math-1.5B exceeded weights + gradients
-  + moments by 1.07-1.31x the two terms above, at micro-batches of 2 to 16 (entropy's float32 temporaries, among
-  others). The plan covers allocated memory: the allocator's cache can reserve more (33.0 GB against 27.6 allocated
-  at SFT's micro-batch; PyTorch documents `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against fragmentation);
-- the engine: gpu_memory_utilization x the card (weights and KV cache), on its own card (two_gpu) or on the policy's
-  card while awake (one_gpu: it sleeps, releasing both, while the policy trains; the policy's weights and moments
-  stay resident while it generates).
-A layout that does not fit is refused with the numbers and what to change. Disk: every model folder the DAG keeps
-(one per SFT run, EI round and GRPO run, plus the base), the largest resumable checkpoint in `scratch/` (weights and
-AdamW moments; removed when its stage succeeds) and the rollouts, against the free space of the disk.
+- Per device, the training step: weights, gradients and AdamW's two moments (4 x P x bytes(model.dtype), + 2 P bytes
+  for `model.weight_update: kahan`; each precision choice's cost in PRECISIONS), one micro-batch's activations (per
+  token and layer about 8h + 2kv + 4i values with SDPA attention) and its logits (with two float32 copies, or one
+  `model.logits_chunk` of them), and TRANSIENTS x those two (measured on an H200: reports/gpu_check.json).
+- The vLLM engine: gpu_memory_utilization x its card, alone (two_gpu) or beside the policy (one_gpu, asleep while
+  the policy trains).
+- `model.micro_batch_tokens: auto` on CUDA: the largest budget whose step fits AUTO_HEADROOM of the card.
+- Disk: every model folder the DAG keeps, the largest resumable checkpoint in `scratch/` and the rollouts.
+- A layout that does not fit is refused with the numbers and what to change. Allocated memory only: the allocator's
+  cache can reserve more (reports/design_notes.md, reports/README.md).
 """
 
 from __future__ import annotations

@@ -88,9 +88,9 @@ def baseline_figure(results: Path, out: Path) -> Result:
     breakdown = json.loads((results / "baseline" / "breakdown.json").read_text())
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     cats = {
-        "format 1, answer 1": "format1_answer1",
-        "format 1, answer 0": "format1_answer0",
-        "format 0, answer 0": "format0_answer0",
+        "format 1, answer 1": "eval/format1_answer1",
+        "format 1, answer 0": "eval/format1_answer0",
+        "format 0, answer 0": "eval/format0_answer0",
     }
     ax.bar(list(cats), [breakdown[k] for k in cats.values()])
     _axes(ax, "handout category", "responses (questions x samples)", "zero-shot baseline: format and answer")
@@ -102,13 +102,13 @@ def sft_figure(results: Path, out: Path, names: list[str]) -> list[Result]:
     finals = {k: _metrics(d) for k, d in dirs.items()}
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for k, d in dirs.items():
-        _curve(axes[0], read_log(d / "logs" / "eval.csv"), "step", "accuracy", k, band=True)
+        _curve(axes[0], read_log(d / "logs" / "eval.csv"), "step", "eval/accuracy", k, band=True)
     _axes(axes[0], "optimizer step", ACCURACY, "SFT: validation accuracy (95% bands)")
     order = sorted(finals, key=lambda k: (finals[k].get("examples", 0), k))
-    acc = [finals[k]["accuracy"] for k in order]
+    acc = [finals[k]["eval/accuracy"] for k in order]
     err = [
-        [a - finals[k]["accuracy_lo"] for k, a in zip(order, acc)],
-        [finals[k]["accuracy_hi"] - a for k, a in zip(order, acc)],
+        [a - finals[k]["eval/accuracy_lo"] for k, a in zip(order, acc)],
+        [finals[k]["eval/accuracy_hi"] - a for k, a in zip(order, acc)],
     ]
     axes[1].bar([f"{k}\n({finals[k].get('examples', '?')})" for k in order], acc, yerr=err, capsize=3)
     _axes(axes[1], "run (unique training examples)", ACCURACY, "SFT: final accuracy by data size / filtering")
@@ -118,9 +118,9 @@ def sft_figure(results: Path, out: Path, names: list[str]) -> list[Result]:
             {
                 "run": k,
                 "examples": finals[k].get("examples", ""),
-                "accuracy": finals[k]["accuracy"],
-                "accuracy_lo": finals[k]["accuracy_lo"],
-                "accuracy_hi": finals[k]["accuracy_hi"],
+                "eval/accuracy": finals[k]["eval/accuracy"],
+                "eval/accuracy_lo": finals[k]["eval/accuracy_lo"],
+                "eval/accuracy_hi": finals[k]["eval/accuracy_hi"],
             }
             for k in order
         ],
@@ -136,8 +136,8 @@ def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
     rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in dirs.items()}
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for k, rows in rounds.items():
-        _curve(axes[0], rows, "round", "accuracy", k, band=True)
-        _curve(axes[1], rows, "round", "mean_token_entropy", k)
+        _curve(axes[0], rows, "round", "eval/accuracy", k, band=True)
+        _curve(axes[1], rows, "round", "eval/entropy", k)
     _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
     _axes(axes[1], "EI round (0 = starting policy)", "mean token entropy (nats)", "Expert Iteration: response entropy")
     name = _save(fig, out, "ei.png")
@@ -145,12 +145,12 @@ def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
 
 
 GRPO_PANELS = (  # (log, x, y, x label, y label, title)
-    ("eval", "step", "accuracy", "optimizer step", ACCURACY, "validation accuracy"),
-    ("eval", "wall_s", "accuracy", "wall-clock (s)", ACCURACY, "validation accuracy vs wall-clock"),
-    ("train", "step", "token_entropy", "optimizer step", "mean token entropy (nats)", "response entropy"),
-    ("train", "step", "response_length", "optimizer step", "mean response length (tokens)", "response length"),
-    ("train", "step", "grad_norm", "optimizer step", "gradient norm (before clipping)", "gradient norm"),
-    ("train", "step", "train_reward", "optimizer step", "mean rollout reward", "training reward"),
+    ("eval", "step", "eval/accuracy", "optimizer step", ACCURACY, "validation accuracy"),
+    ("eval", "perf/wall_s", "eval/accuracy", "wall-clock (s)", ACCURACY, "validation accuracy vs wall-clock"),
+    ("train", "step", "train/entropy", "optimizer step", "mean token entropy (nats)", "response entropy"),
+    ("train", "step", "rollout/response_tokens", "optimizer step", "mean response length (tokens)", "response length"),
+    ("train", "step", "train/grad_norm", "optimizer step", "gradient norm (before clipping)", "gradient norm"),
+    ("train", "step", "rollout/reward", "optimizer step", "mean rollout reward", "training reward"),
 )
 
 

@@ -23,7 +23,7 @@ def md_cell(text: str | None, limit: int = 300) -> str:
 
 
 def _interval(m: dict) -> str:
-    return f"**{m['accuracy']:.3f}** (95% CI {m['accuracy_lo']:.3f}–{m['accuracy_hi']:.3f})"
+    return f"**{m['eval/accuracy']:.3f}** (95% CI {m['eval/accuracy_lo']:.3f}–{m['eval/accuracy_hi']:.3f})"
 
 
 def eval_case_report(
@@ -33,14 +33,14 @@ def eval_case_report(
     lines = [
         f"# {title}",
         "",
-        f"accuracy {_interval(metrics)}, format rate **{metrics['format_rate']:.3f}**, over {metrics['n_questions']} "
-        f"questions x {metrics['samples_per_question']} samples",
+        f"accuracy {_interval(metrics)}, format rate **{metrics['eval/format_rate']:.3f}**, over "
+        f"{metrics['count/questions']} questions x {metrics['count/samples_per_question']} samples",
         "",
         "| category | count |",
         "|---|---|",
-        f"| format 1, answer 1 | {metrics['format1_answer1']} |",
-        f"| format 1, answer 0 | {metrics['format1_answer0']} |",
-        f"| format 0, answer 0 | {metrics['format0_answer0']} |",
+        f"| format 1, answer 1 | {metrics['eval/format1_answer1']} |",
+        f"| format 1, answer 0 | {metrics['eval/format1_answer0']} |",
+        f"| format 0, answer 0 | {metrics['eval/format0_answer0']} |",
         "",
         "Grading status counts (parse failures vs wrong answers): " + md_cell(json.dumps(breakdown["status_counts"])),
         "",
@@ -85,15 +85,16 @@ def filter_report(total: list[dict], kept: list[dict], rejected: list[dict], sta
 
 def _round_line(r: dict) -> str:
     head = (
-        f"| {r['round']:.0f}{' (initial policy)' if r['round'] == 0 else ''} | {r['accuracy']:.3f} "
-        f"({r['accuracy_lo']:.3f}–{r['accuracy_hi']:.3f}) | {r['format_rate']:.3f} | {r['mean_token_entropy']:.3f} |"
+        f"| {r['round']:.0f}{' (initial policy)' if r['round'] == 0 else ''} | {r['eval/accuracy']:.3f} "
+        f"({r['eval/accuracy_lo']:.3f}–{r['eval/accuracy_hi']:.3f}) | {r['eval/format_rate']:.3f} "
+        f"| {r['eval/entropy']:.3f} |"
     )
     if r["round"] == 0:
         return head + " |" * 8
     return head + (
-        f" {r['rollouts']:.0f} | {r['correct']:.0f} | {r['kept']:.0f} | {r['retention']:.1%} "
-        f"| {r['share_zero_correct']:.1%} | {r['share_all_correct']:.1%} | {r['duplicates_removed']:.0f} "
-        f"| {r['removed_by_cap']:.0f} |"
+        f" {r['count/rollouts']:.0f} | {r['count/correct']:.0f} | {r['count/kept']:.0f} | {r['rollout/retention']:.1%} "
+        f"| {r['rollout/share_zero_correct']:.1%} | {r['rollout/share_all_correct']:.1%} "
+        f"| {r['count/duplicates_removed']:.0f} | {r['count/removed_by_cap']:.0f} |"
     )
 
 
@@ -116,9 +117,10 @@ def ei_report(run: str, history: list[dict], report: dict) -> str:
         f"- questions by number of correct samples: {json.dumps(report['success_counts'], sort_keys=True)}",
         f"- kept by subject: {md_cell(json.dumps(report['kept_by_subject'], sort_keys=True), 2000)}; by level: "
         f"{md_cell(json.dumps(report['kept_by_level'], sort_keys=True), 2000)}",
-        f"- mean response length (tokens): kept {report['mean_length_kept']:.1f}, all rollouts "
-        f"{report['mean_length_all']:.1f}",
+        f"- mean response length (tokens): kept {report['rollout/response_tokens_kept']:.1f}, all rollouts "
+        f"{report['rollout/response_tokens']:.1f}",
         f"- per-question cap {report['cap'] or 'none'}, dedup {'on' if report['dedup'] else 'off'}: "
-        f"{report['duplicates_removed']} duplicates and {report['removed_by_cap']} samples over the cap removed",
+        f"{report['count/duplicates_removed']} duplicates and {report['count/removed_by_cap']} samples over the cap "
+        "removed",
     ]
     return "\n".join(lines) + "\n"

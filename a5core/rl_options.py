@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from a5core.config import NonNegative, NonNegativeFloat, PositiveFloat, Section
+from a5core.seeds import derive_seed
 
 KLEstimator = Literal["k1", "k2", "k3"]
 
@@ -164,7 +165,7 @@ def refill_sampling(sampling, refill_round: int):
     return (
         sampling
         if not refill_round
-        else dataclasses.replace(sampling, seed=sampling.seed + 1_000_000_007 * refill_round)
+        else dataclasses.replace(sampling, seed=derive_seed(sampling.seed, "refill", refill_round))
     )
 
 
@@ -186,14 +187,14 @@ def dynamic_sample(opts: RLOptions, generate: Callable, questions: list[dict], t
         if len(kept) >= n_groups or rounds == opts.max_refill_rounds:
             break
         rounds += 1  # a fresh draw of questions, seeded by (seed, step, round): a resumed step redraws the same
-        questions = random.Random(opts.seed * 100_003 + step + 7_919_000 * rounds).sample(train_rows, n_groups)
+        questions = random.Random(derive_seed(opts.seed, "grpo_questions", step, rounds)).sample(train_rows, n_groups)
     filled = max(0, n_groups - len(kept))
     batch = kept[:n_groups] + dropped[:filled]  # groups, in the order they were generated
     stats = {
-        "ds_groups_generated": generated,
-        "ds_groups_dropped": len(dropped),
-        "ds_refill_rounds": rounds,
-        "ds_groups_filled": filled,  # > 0: the refill limit was reached
+        "rollout/groups_generated": generated,  # groups generated this step, refills included
+        "rollout/groups_dropped": len(dropped),  # of which all-equal (no learning signal)
+        "rollout/refill_rounds": rounds,  # extra generation rounds
+        "rollout/groups_filled": filled,  # all-equal groups trained on anyway: > 0 when the refill limit was reached
     }
     return [s for g in batch for s in g], stats
 

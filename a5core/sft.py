@@ -23,12 +23,13 @@ from a5core import compute
 from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
 from a5core.config import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
-from a5core.evaluation import log_evaluation
+from a5core.evaluation import RunResult, log_evaluation
 from a5core.history import RunHistory
 from a5core.logprobs import get_response_log_probs
 from a5core.losses import sft_microbatch_train_step
 from a5core.optim import make_optimizer, make_schedule
 from a5core.rewards import reward_problems, training_reward
+from a5core.seeds import derive_seed
 from a5core.tokenization import pad_token_id, tokenize_ids
 
 SFT_PROMPT = "r1_zero"  # the format of the SFT traces (data/prepared/sft.parquet), and so of their reward
@@ -99,6 +100,8 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
             out = get_response_log_probs(policy, ids, labels, True, share_prefix=True, lengths=lengths)
         # both are the micro-batch's share of the step's mean, whatever the split (a5core/compute.py)
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
+            # why n_tokens / len(idx): the handout's step returns the micro-batch's mean over its len(idx) rows of
+            # (row sum / constant), i.e. sum / (constant * len(idx)) = sum / n_tokens, the step's token mean
             loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))
         else:  # mean over the step's examples of their sum / normalize_constant
             share = compute.share(len(batch), len(idx))
@@ -122,15 +125,15 @@ def optimizer_step(policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad
     sched.step()
     opt.zero_grad(set_to_none=True)
     dt = time.monotonic() - t0
-    return {
-        "loss": stats["loss"],
-        "grad_norm": grad_norm,
-        "lr": lr,
-        "tokens_per_s": stats["cells"] / dt,
-        "response_tokens": stats["tokens"],
-        "mean_response_tokens": stats["tokens"] / len(batch),
-        "mean_entropy": stats["entropy_sum"] / max(stats["tokens"], 1),
-        "padding_fraction": stats["padded"] / max(stats["cells"], 1),
+    return {  # the optimizer step's row (names as in GRPO's: a5core.grpo.optimizer_step)
+        "train/loss": stats["loss"],  # the step's loss (its micro-batches' shares summed)
+        "train/grad_norm": grad_norm,  # L2 norm before clipping
+        "train/lr": lr,
+        "train/entropy": stats["entropy_sum"] / max(stats["tokens"], 1),  # mean next-token entropy, nats
+        "train/response_tokens": stats["tokens"] / len(batch),  # mean response length of the step's examples
+        "count/loss_tokens": stats["tokens"],  # response tokens in the step's loss
+        "perf/tokens_per_s": (stats["cells"] - stats["padded"]) / dt,  # real (not padding) positions forwarded per s
+        "perf/padding_fraction": stats["padded"] / max(stats["cells"], 1),  # share of forwarded positions padded
     }
 
 
@@ -146,8 +149,8 @@ def train_sft(
     ckpt: Checkpointer | None = None,
     n_completions: int = 8,
     snapshot: Callable | None = None,
-):
-    """Train `policy` in place on rows {prompt, response}; returns the final full validation (an Evaluation).
+) -> RunResult:
+    """Train `policy` in place on rows {prompt, response}; returns the final full validation and the step count.
 
     `validate(policy, full=bool)` evaluates; `initial` (the starting policy's saved full validation record) is
     logged as the step-0 point of the curve; `snapshot(policy, step)`, when given, runs after every optimizer step.
@@ -157,7 +160,9 @@ def train_sft(
     device = next(policy.parameters()).device
     examples = encode_examples(tokenizer, rows)
     order = [
-        i for e in range(cfg.epochs) for i in random.Random(cfg.seed + e).sample(range(len(examples)), len(examples))
+        i
+        for e in range(cfg.epochs)
+        for i in random.Random(derive_seed(cfg.seed, "sft_order", e)).sample(range(len(examples)), len(examples))
     ]
     total = math.ceil(len(order) / cfg.batch_size)
     opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay)
@@ -181,4 +186,4 @@ def train_sft(
             ckpt.save_training(policy, opt, step + 1, history.state(), sched)
     final = validate(policy, full=True)
     log_evaluation(history, total, final, n_completions)
-    return final
+    return RunResult(final, {"steps": total})

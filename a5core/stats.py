@@ -21,6 +21,12 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 N_BOOTSTRAP = 4000
 
 
+def mean(xs) -> float:
+    """The mean of `xs`; NaN when empty (a missing value, never a zero that reads as measured)."""
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a proportion (successes may be fractional only through rounding; n >= 1)."""
     if n <= 0:

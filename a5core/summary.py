@@ -9,20 +9,20 @@ from a5core.stats import min_detectable_difference
 
 
 def _acc(m: dict) -> str:
-    return f"{m['accuracy']:.3f} ({m['accuracy_lo']:.3f}–{m['accuracy_hi']:.3f})"
+    return f"{m['eval/accuracy']:.3f} ({m['eval/accuracy_lo']:.3f}–{m['eval/accuracy_hi']:.3f})"
 
 
 def _delta(m: dict) -> str:
-    if "delta" not in m:
+    if "eval/delta" not in m:
         return "—"
-    mark = " **✓**" if m["delta_excludes_zero"] else ""
-    return f"{m['delta']:+.3f} ({m['delta_lo']:+.3f} to {m['delta_hi']:+.3f}){mark}"
+    mark = " **✓**" if m["eval/delta_excludes_zero"] else ""
+    return f"{m['eval/delta']:+.3f} ({m['eval/delta_lo']:+.3f} to {m['eval/delta_hi']:+.3f}){mark}"
 
 
 def protocol_text(results: list[Result]) -> list[str]:
     """What the validation protocol is and the smallest paired change it resolves."""
     m = next((r.metrics for r in results if r.method != "zero-shot"), results[0].metrics)
-    n, k = m["n_questions"], m["samples_per_question"]
+    n, k = m["count/questions"], m["count/samples_per_question"]
     levels = [0.1, 0.3, 0.5]
     mde = ", ".join(f"{min_detectable_difference(n, k, p):.3f} at accuracy {p:.1f}" for p in levels)
     return [
@@ -72,7 +72,7 @@ def summary_markdown(
         "|---|---|---|---|---|---|",
     ]
     for r in results:
-        start = f"{r.metrics['initial_accuracy']:.3f}" if "initial_accuracy" in r.metrics else "—"
+        start = f"{r.metrics['eval/initial_accuracy']:.3f}" if "eval/initial_accuracy" in r.metrics else "—"
         run = f"{r.run} ({r.detail})" if r.detail else r.run
         lines.append(
             f"| {r.method} | {run} | {_acc(r.metrics)} | {_delta(r.metrics)} | {start} "

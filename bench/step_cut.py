@@ -146,7 +146,7 @@ def run_one(a: argparse.Namespace) -> dict:
             k = n // grpo_micro
             cfg = GRPOConfig(rollout_batch_size=n, group_size=2, train_batch_size=n, gradient_accumulation_steps=k)
             row = optimizer_step(model, opt, cfg, list(range(n)), batch, torch.device("cpu"))
-            padding = row["padding_fraction"]
+            padding = row["perf/padding_fraction"]
         else:
             cfg = SFTConfig(batch_size=len(sizes), micro_batch_size=sft_micro)
             stats = sft_step(model, list(zip(prompts, outputs)), cfg, 0, "cpu")

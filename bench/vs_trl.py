@@ -80,7 +80,7 @@ def run_a5(args, out: Path) -> dict:
             pool=pool,
             validate=lambda p, full: _NoEval(),
             history=history,
-            initial={"metrics": {"accuracy": 0.0}},
+            initial={"metrics": {"eval/accuracy": 0.0}},
         )
         seconds = time.monotonic() - t0
     policy.save_pretrained(out / "model")
@@ -91,7 +91,7 @@ def run_a5(args, out: Path) -> dict:
 class _NoEval:
     """Validation is done afterwards, for both sides alike."""
 
-    metrics = {"accuracy": 0.0}
+    metrics = {"eval/accuracy": 0.0}
     samples: list = []
     entropies: list = []
 
@@ -173,7 +173,7 @@ def validate(model: str, validation: str, samples: int) -> dict:
             progress=False,
         )
     return {
-        **{k: result.metrics[k] for k in ("accuracy", "accuracy_lo", "accuracy_hi", "n_questions")},
+        **{k: result.metrics[k] for k in ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "count/questions")},
         "per_question": result.per_question,
     }
 

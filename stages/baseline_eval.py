@@ -44,8 +44,8 @@ def main() -> None:
     write_run_record(args.record, "baseline_eval")
     m = result.metrics
     print(
-        f"baseline accuracy {m['accuracy']:.3f} [{m['accuracy_lo']:.3f}, {m['accuracy_hi']:.3f}], "
-        f"format rate {m['format_rate']:.3f}"
+        f"baseline accuracy {m['eval/accuracy']:.3f} [{m['eval/accuracy_lo']:.3f}, {m['eval/accuracy_hi']:.3f}], "
+        f"format rate {m['eval/format_rate']:.3f}"
     )
 
 

@@ -10,22 +10,14 @@ import sys
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.checkpoint import clear_scratch, fingerprint
-from a5core.config import EvalConfig, load_run, load_section
+from a5core.config import load_run, load_section
 from a5core.ei import EIConfig, ei_round, history_row
-from a5core.history import RunHistory, read_log, write_csv
-from a5core.pipeline import (
-    Validator,
-    grader_pool,
-    initial_validation,
-    save_policy,
-    training_start,
-    validation_protocol,
-    validation_record,
-    write_results,
-)
+from a5core.history import read_log, write_csv
+from a5core.pipeline import save_policy, training_stage, validation_record, write_results
 from a5core.records import ROLLOUT_SCHEMA
 from a5core.reports import ei_report
 from a5core.runinfo import write_run_record
+from a5core.seeds import derive_seed
 from a5core.sft import SFTConfig
 
 
@@ -62,15 +54,15 @@ PATHS = (
 )
 
 
-def write_outputs(args, start, rounds: list[dict], result, initial: dict, protocol: str, prov: dict) -> None:
+def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     """The round's history, rollouts, model (with its validation), starting-policy record, metrics and report."""
-    rounds.append(history_row(args.round, result.final.metrics, result.report))
+    rounds.append(history_row(args.round, result.final.metrics, result.details))
     write_csv(rounds, f"{args.logs}/rounds.csv")
     write_parquet([r.row() for r in result.rollouts], args.rollouts, prov, ROLLOUT_SCHEMA)
-    save_policy(start.policy, start.tokenizer, args.out, prov, validation_record(result.final, protocol))
-    write_json(initial, args.initial_out)
-    write_results(args.metrics, result.final, initial, round=args.round, kept=result.report["kept"])
-    write_text(ei_report(args.run, rounds, result.report), args.report)
+    save_policy(ts.start.policy, ts.start.tokenizer, args.out, prov, validation_record(result.final, ts.protocol))
+    write_json(ts.initial, args.initial_out)
+    write_results(args.metrics, result.final, ts.initial, round=args.round, kept=result.details["count/kept"])
+    write_text(ei_report(args.run, rounds, result.details), args.report)
 
 
 def main() -> None:
@@ -78,50 +70,43 @@ def main() -> None:
     rounds = _history(args)
     cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
     sft_cfg = load_section(SFTConfig, "sft", args.params)
-    # the rollouts are graded by `ei.reward_fn` (default: the prompt's reward), validation by `validation.reward_fn`
-    validation = load_section(EvalConfig, "validation", args.params)
-    pool = grader_pool(validation, cfg.train_reward).start()  # its imports overlap the model load
-    vpool = pool if validation.reward_fn == cfg.train_reward else grader_pool(validation).start()
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
-    start = training_start(args, cfg.seed * 1000 + args.round)
-    inputs = {"model": args.model, "train": args.train, "validation": args.validation}
-    params = {
-        "ei": cfg,
-        "train_reward": cfg.train_reward,
-        "sft": sft_cfg,
-        "validation": start.validation,
-        "round": args.round,
-        **start.numerics(),
-    }
-    protocol = validation_protocol(start.validation, args.validation)
     name = f"ei_round_{args.round}@{args.run}"
-    history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging)
-    with history, pool, vpool:
-        validate = Validator(start, vpool, subset_size=sft_cfg.eval_examples)
-        initial = initial_validation(args.initial, protocol, validate, start.policy)
-        rounds = rounds or [history_row(0, initial["metrics"])]  # round 0: the initial policy
+    # the rollouts are graded by `ei.reward_fn` (default: the prompt's reward), validation by `validation.reward_fn`
+    with training_stage(
+        args,
+        name,
+        seed=derive_seed(cfg.seed, "ei_round", args.round),
+        subset_size=sft_cfg.eval_examples,
+        initial_from=args.initial,
+        train_reward=cfg.train_reward,
+    ) as ts:
+        inputs = {"model": args.model, "train": args.train, "validation": args.validation}
+        params = {"ei": cfg, "train_reward": cfg.train_reward, "sft": sft_cfg, "validation": ts.start.validation}
+        params |= {"round": args.round, **ts.start.numerics()}
+        rounds = rounds or [history_row(0, ts.initial["metrics"])]  # round 0: the initial policy
         result = ei_round(
-            start.policy,
-            start.tokenizer,
-            start.backend,
+            ts.start.policy,
+            ts.start.tokenizer,
+            ts.start.backend,
             train_rows=train,
             round_idx=args.round,
             cfg=cfg,
             sft_cfg=sft_cfg,
-            pool=pool,
-            validate=validate,
-            history=history,
+            pool=ts.pool,
+            validate=ts.validate,
+            history=ts.history,
             scratch=args.scratch,
             fp=fingerprint(params, inputs),
-            n_completions=start.logging.completions,
+            n_completions=ts.start.logging.completions,
         )
-    write_outputs(args, start, rounds, result, initial, protocol, provenance(name, params, inputs))
+    write_outputs(args, ts, rounds, result, provenance(name, params, inputs))
     clear_scratch(args.scratch)  # resume state is for crashes only: a later run may run other code
     write_run_record(args.record, name)
+    kept, rollouts = result.details["count/kept"], result.details["count/rollouts"]
     print(
-        f"{name}: kept {result.report['kept']}/{result.report['rollouts']} rollouts, validation accuracy "
-        f"{rounds[-2]['accuracy']:.3f} -> {result.final.metrics['accuracy']:.3f} "
-        f"(round 0: {rounds[0]['accuracy']:.3f})"
+        f"{name}: kept {kept}/{rollouts} rollouts, validation accuracy {rounds[-2]['eval/accuracy']:.3f} -> "
+        f"{result.final.metrics['eval/accuracy']:.3f} (round 0: {rounds[0]['eval/accuracy']:.3f})"
     )
 
 

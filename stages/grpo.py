@@ -1,22 +1,11 @@
 """Stage grpo@<run>: GRPO with one named run's overrides on the shared `grpo` params."""
 
 from a5core import stage
-from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import EvalConfig, load_run, load_section
 from a5core.grpo import GRPOConfig, train_grpo
-from a5core.history import RunHistory, timings
-from a5core.pipeline import (
-    Snapshots,
-    Validator,
-    grader_pool,
-    initial_validation,
-    save_policy,
-    training_start,
-    validation_protocol,
-    validation_record,
-    write_results,
-)
+from a5core.history import timings
+from a5core.pipeline import Snapshots, training_stage, write_results
 from a5core.prompts import REWARD_FNS
 from a5core.runinfo import write_run_record
 
@@ -29,46 +18,43 @@ def main() -> None:
     # reward_fn (one pool when the two are the same).
     validation = load_section(EvalConfig, "validation", args.params)
     val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
-    pool = grader_pool(validation, cfg.train_reward).start()  # its imports overlap the model load
-    vpool = pool if val_reward == cfg.train_reward else grader_pool(validation, val_reward).start()
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
-    start = training_start(args, cfg.seed)
-    inputs = {"model": args.model, "train": args.train, "validation": args.validation}
-    params = {"grpo": cfg, "train_reward": cfg.train_reward, "validation": start.validation, **start.numerics()}
-    ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-    protocol = validation_protocol(start.validation, args.validation, cfg.prompt)
-    history = RunHistory(args.live, args.logs, name=f"grpo@{args.run}", total_steps=0, cfg=start.logging)
-    with history, pool, vpool:
-        validate = Validator(start, vpool, subset_size=cfg.eval_examples, prompt=cfg.prompt)
-        initial = initial_validation(args.model, protocol, validate, start.policy)
-        summary = train_grpo(
-            start.policy,
-            start.tokenizer,
-            start.backend,
+    name = f"grpo@{args.run}"
+    with training_stage(
+        args,
+        name,
+        seed=cfg.seed,
+        subset_size=cfg.eval_examples,
+        initial_from=args.model,
+        train_reward=cfg.train_reward,
+        val_reward=val_reward,
+        prompt=cfg.prompt,
+    ) as ts:
+        inputs = {"model": args.model, "train": args.train, "validation": args.validation}
+        params = {"grpo": cfg, "train_reward": cfg.train_reward, "validation": ts.start.validation}
+        params |= ts.start.numerics()
+        ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
+        result = train_grpo(
+            ts.start.policy,
+            ts.start.tokenizer,
+            ts.start.backend,
             train_rows=train,
             cfg=cfg,
-            pool=pool,
-            validate=validate,
-            history=history,
+            pool=ts.pool,
+            validate=ts.validate,
+            history=ts.history,
             ckpt=ckpt,
-            initial=initial,
-            n_completions=start.logging.completions,
-            snapshot=Snapshots(f"checkpoints/grpo@{args.run}", start.logging.save_every, start.tokenizer, params),
+            initial=ts.initial,
+            n_completions=ts.start.logging.completions,
+            snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
         )
-    final = summary.pop("final")
-    save_policy(
-        start.policy,
-        start.tokenizer,
-        args.out,
-        provenance(f"grpo@{args.run}", params, inputs),
-        validation_record(final, protocol),
-    )
-    write_results(args.metrics, final, initial, **summary)
+    ts.save(args.out, result.final, params, inputs)
+    write_results(args.metrics, result.final, ts.initial, **result.details)
     ckpt.clear()
-    write_run_record(args.record, f"grpo@{args.run}", **timings(summary))
+    write_run_record(args.record, name, **timings(result.details))
     print(
-        f"grpo@{args.run}: validation accuracy {final.metrics['accuracy']:.3f} (best {summary['best_accuracy']:.3f} "
-        f"at optimizer step {summary['best_step']})"
+        f"{name}: validation accuracy {result.final.metrics['eval/accuracy']:.3f} "
+        f"(best {result.details['best_accuracy']:.3f} at optimizer step {result.details['best_step']})"
     )
 
 

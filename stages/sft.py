@@ -1,21 +1,9 @@
 """Stage sft@<run>: SFT on the first N traces of a fixed shuffle (or all filtered traces)."""
 
 from a5core import stage
-from a5core.artifacts import provenance
 from a5core.checkpoint import Checkpointer, fingerprint
-from a5core.config import EvalConfig, SFTRun, from_dict, load_section, read_params
-from a5core.history import RunHistory
-from a5core.pipeline import (
-    Snapshots,
-    Validator,
-    grader_pool,
-    initial_validation,
-    save_policy,
-    training_start,
-    validation_protocol,
-    validation_record,
-    write_results,
-)
+from a5core.config import SFTRun, from_dict, load_section, read_params
+from a5core.pipeline import Snapshots, training_stage, write_results
 from a5core.runinfo import write_run_record
 from a5core.sft import SFTConfig, train_sft
 from a5core.sft_data import select_examples
@@ -27,40 +15,33 @@ def main() -> None:
     )
     cfg = load_section(SFTConfig, "sft", args.params)
     run = from_dict(SFTRun, read_params(args.params)["sft_runs"][args.run] or {}, f"sft_runs.{args.run}")
-    pool = grader_pool(
-        load_section(EvalConfig, "validation", args.params)
-    ).start()  # its imports overlap the model load
     traces = stage.rows(args.data, ["unique_id", "prompt", "response"])  # checked before the model loads
-    start = training_start(args, cfg.seed)
     rows = select_examples(traces, run.examples, cfg.seed)
-    inputs = {"model": args.model, "data": args.data, "validation": args.validation}
-    params = {"sft": cfg, "run": run, "validation": start.validation, **start.numerics()}
-    ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-    protocol = validation_protocol(start.validation, args.validation)
-    history = RunHistory(args.live, args.logs, name=f"sft@{args.run}", total_steps=0, cfg=start.logging)
-    with history, pool:
-        validate = Validator(start, pool, subset_size=cfg.eval_examples)
-        initial = initial_validation(args.initial, protocol, validate, start.policy)
-        final = train_sft(
-            start.policy,
-            start.tokenizer,
+    name = f"sft@{args.run}"
+    with training_stage(args, name, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial) as ts:
+        inputs = {"model": args.model, "data": args.data, "validation": args.validation}
+        params = {"sft": cfg, "run": run, "validation": ts.start.validation, **ts.start.numerics()}
+        ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
+        result = train_sft(
+            ts.start.policy,
+            ts.start.tokenizer,
             rows=rows,
             cfg=cfg,
-            validate=validate,
-            history=history,
-            initial=initial,
+            validate=ts.validate,
+            history=ts.history,
+            initial=ts.initial,
             ckpt=ckpt,
-            n_completions=start.logging.completions,
-            snapshot=Snapshots(f"checkpoints/sft@{args.run}", start.logging.save_every, start.tokenizer, params),
+            n_completions=ts.start.logging.completions,
+            snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
         )
-    prov = provenance(f"sft@{args.run}", params, inputs)
-    save_policy(start.policy, start.tokenizer, args.out, prov, validation_record(final, protocol))
-    write_results(args.metrics, final, initial, examples=len(rows), steps=history.optimizer_steps)
+    final = result.final
+    ts.save(args.out, final, params, inputs)
+    write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
     ckpt.clear()
-    write_run_record(args.record, f"sft@{args.run}")
+    write_run_record(args.record, name)
     print(
-        f"sft@{args.run}: {len(rows)} examples, validation accuracy {final.metrics['accuracy']:.3f} "
-        f"[{final.metrics['accuracy_lo']:.3f}, {final.metrics['accuracy_hi']:.3f}]"
+        f"{name}: {len(rows)} examples, validation accuracy {final.metrics['eval/accuracy']:.3f} "
+        f"[{final.metrics['eval/accuracy_lo']:.3f}, {final.metrics['eval/accuracy_hi']:.3f}]"
     )
 
 

@@ -11,14 +11,14 @@ ROWS = [
     for i in range(6)
 ]
 METRICS = {
-    "accuracy": 0.0,
-    "accuracy_lo": 0.0,
-    "accuracy_hi": 0.5,
-    "format_rate": 0.0,
-    "n_questions": 4,
-    "samples_per_question": 1,
-    "mean_response_length": 0.0,
-    "mean_token_entropy": 0.0,
+    "eval/accuracy": 0.0,
+    "eval/accuracy_lo": 0.0,
+    "eval/accuracy_hi": 0.5,
+    "eval/format_rate": 0.0,
+    "count/questions": 4,
+    "count/samples_per_question": 1,
+    "eval/response_tokens": 0.0,
+    "eval/entropy": 0.0,
 }
 
 
@@ -64,7 +64,7 @@ class StubPool:
 
 
 def stub_evaluation(accuracy: float = 0.0) -> Evaluation:
-    return Evaluation([], {**METRICS, "accuracy": accuracy}, {}, {"q0": accuracy}, [])
+    return Evaluation([], {**METRICS, "eval/accuracy": accuracy}, {}, {"q0": accuracy}, [])
 
 
 class StubValidator:

@@ -8,7 +8,7 @@ from tools.ablations import contrast, final_model, table
 def _model(folder, per_question: dict, protocol: str = "p") -> None:
     folder.mkdir(parents=True)
     acc = sum(per_question.values()) / len(per_question)
-    record = {"protocol": protocol, "metrics": {"accuracy": acc}, "per_question": per_question}
+    record = {"protocol": protocol, "metrics": {"eval/accuracy": acc}, "per_question": per_question}
     (folder / "validation.json").write_text(json.dumps(record))
 
 

@@ -156,11 +156,11 @@ def test_grpo_update_does_not_depend_on_how_the_step_is_cut(tiny, loss_type, nor
         max_grad_norm=1e-4,  # small enough that clipping scales every update below
     )
     ref_delta, ref_row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=1), batch)
-    assert ref_row["grad_norm"] > 1e-4  # clipping is on
+    assert ref_row["train/grad_norm"] > 1e-4  # clipping is on
     for name, (k, cut) in CUTS.items():
         delta, row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
-        assert row["grad_norm"] == pytest.approx(ref_row["grad_norm"], rel=1e-4), name
-        assert row["loss"] == pytest.approx(ref_row["loss"], rel=1e-4, abs=1e-7), name
+        assert row["train/grad_norm"] == pytest.approx(ref_row["train/grad_norm"], rel=1e-4), name
+        assert row["train/loss"] == pytest.approx(ref_row["train/loss"], rel=1e-4, abs=1e-7), name
         assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
 
 
@@ -189,7 +189,7 @@ def test_the_padded_fraction_is_logged_and_a_budget_lowers_it_and_packing_remove
     _, handout = _grpo_update(model, cfg, batch)
     _, budget = _grpo_update(model, cfg, batch, micro_batch_tokens=120)
     _, packed = _grpo_update(model, cfg, batch, pack_sequences=True)
-    assert packed["padding_fraction"] == 0 < budget["padding_fraction"] < handout["padding_fraction"] < 1
+    assert packed["perf/padding_fraction"] == 0 < budget["perf/padding_fraction"] < handout["perf/padding_fraction"] < 1
 
 
 def test_packed_rows_attend_only_within_their_own_sequence(tiny):
@@ -273,6 +273,6 @@ def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny):
     for name in ("handout split of 4", "token budget", "packed to a budget", "all packed"):
         k, cut = CUTS[name]
         delta, row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
-        assert row["kl"] == pytest.approx(ref_row["kl"], rel=1e-5), name
-        assert row["tis_capped_frac"] == pytest.approx(ref_row["tis_capped_frac"]), name
+        assert row["train/kl"] == pytest.approx(ref_row["train/kl"], rel=1e-5), name
+        assert row["train/tis_capped_frac"] == pytest.approx(ref_row["train/tis_capped_frac"]), name
         assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name

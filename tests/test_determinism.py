@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from a5core.artifacts import content_hash, provenance, read_provenance, write_parquet
 from a5core.config import EvalConfig
@@ -49,14 +50,28 @@ def test_wall_clock_fields_go_to_the_timing_log_only(tmp_path):
     live, logs = tmp_path / "live", tmp_path / "logs"
     with RunHistory(live, logs, name="t", total_steps=2) as history:
         for step in (1, 2):
-            history.log("train", {"step": step, "loss": 0.5 / step, "tokens_per_s": 100.0 + step, "wall_s": step})
-    assert read_log(logs / "train.csv") == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}]
-    assert read_log(timing_log(logs, "train"))[1] == {"step": 2, "tokens_per_s": 102.0, "wall_s": 2}
-    assert read_rows(logs, "train")[0] == {"step": 1, "loss": 0.5, "tokens_per_s": 101.0, "wall_s": 1}
-    dvclive_files = [p.name for p in live.rglob("*") if p.is_file()]
-    assert "loss.tsv" in dvclive_files and not {"tokens_per_s.tsv", "wall_s.tsv"} & set(dvclive_files)
+            row = {"step": step, "train/loss": 0.5 / step, "perf/tokens_per_s": 100.0 + step, "perf/wall_s": step}
+            history.log("train", row)
+    assert read_log(logs / "train.csv") == [{"step": 1, "train/loss": 0.5}, {"step": 2, "train/loss": 0.25}]
+    assert read_log(timing_log(logs, "train"))[1] == {"step": 2, "perf/tokens_per_s": 102.0, "perf/wall_s": 2}
+    assert read_rows(logs, "train")[0] == {"step": 1, "train/loss": 0.5, "perf/tokens_per_s": 101.0, "perf/wall_s": 1}
+    dvclive_files = [str(p.relative_to(live)) for p in live.rglob("*") if p.is_file()]
+    assert "plots/metrics/train/loss.tsv" in dvclive_files
+    assert not [f for f in dvclive_files if f.startswith("plots/metrics/perf/")]
     assert "wall_s" not in (live / "metrics.json").read_text()
-    assert history.state()["rows"]["train"][0]["wall_s"] == 1  # resume state keeps them (outside DVC)
+    assert history.state()["rows"]["train"][0]["perf/wall_s"] == 1  # resume state keeps them (outside DVC)
+
+
+def test_the_namespace_decides_the_sinks_and_a_bare_name_is_refused(tmp_path):
+    """`count/` is bookkeeping (CSV only), every other namespace is a curve; a key without one is an error."""
+    live, logs = tmp_path / "live", tmp_path / "logs"
+    with RunHistory(live, logs, name="t", total_steps=1) as history:
+        history.log("train", {"step": 1, "rollout/reward": 0.5, "count/epoch": 0})
+        with pytest.raises(ValueError, match="namespace"):
+            history.log("train", {"step": 2, "loss": 0.5})
+    assert (live / "plots" / "metrics" / "rollout" / "reward.tsv").exists()
+    assert not (live / "plots" / "metrics" / "count").exists()
+    assert read_log(logs / "train.csv")[0]["count/epoch"] == 0
 
 
 def test_results_keep_wall_clock_out_of_details(tmp_path):

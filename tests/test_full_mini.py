@@ -34,7 +34,7 @@ def test_full_mini_dag_runs_the_full_code_path_on_the_real_engine(tmp_path):
     assert report["validation"] == 16 and report["train"] == 40
     for run_name in ("lr_1e-5", "question_only"):
         details = json.loads((work / "results" / "grpo" / run_name / "details.json").read_text())
-        assert details["steps_done"] == 2 and details["n_questions"] == 16
+        assert details["steps_done"] == 2 and details["count/questions"] == 16
         assert list((work / "results" / "grpo" / run_name / "live" / "tensorboard").glob("events.out.tfevents.*"))
     summary = (work / "reports" / "summary.md").read_text()
     assert "trained and validated with the question_only prompt" in summary

@@ -9,7 +9,13 @@ from a5core.plots import ablation_groups, make_plots
 from a5core.summary import summary_markdown
 
 EI_LAST = "{root}/results/ei/{{run}}/round_2"  # the last round's folder holds the whole history
-HEAD = {"accuracy_lo": 0.1, "accuracy_hi": 0.6, "format_rate": 0.5, "n_questions": 8, "samples_per_question": 1}
+HEAD = {
+    "eval/accuracy_lo": 0.1,
+    "eval/accuracy_hi": 0.6,
+    "eval/format_rate": 0.5,
+    "count/questions": 8,
+    "count/samples_per_question": 1,
+}
 
 
 def _write(path, text):
@@ -17,15 +23,18 @@ def _write(path, text):
     path.write_text(text)
 
 
+EVAL_KEYS = {"accuracy", "initial_accuracy", "delta", "delta_lo", "delta_hi", "delta_excludes_zero"}
+
+
 def _metrics(path, **kw):
-    _write(path, json.dumps({**HEAD, **kw}))
+    _write(path, json.dumps({**HEAD, **{f"eval/{k}" if k in EVAL_KEYS else k: v for k, v in kw.items()}}))
 
 
 def _results(root):
     _metrics(root / "baseline" / "metrics.json", accuracy=0.0)
     _write(
         root / "baseline" / "breakdown.json",
-        json.dumps({"format1_answer1": 0, "format1_answer0": 1, "format0_answer0": 7}),
+        json.dumps({"eval/format1_answer1": 0, "eval/format1_answer0": 1, "eval/format0_answer0": 7}),
     )
     _metrics(
         root / "sft" / "8" / "metrics.json",
@@ -38,7 +47,8 @@ def _results(root):
         delta_excludes_zero=True,
     )
     _write(
-        root / "sft" / "8" / "logs" / "eval.csv", "step,accuracy,accuracy_lo,accuracy_hi\n0,0,0,0.3\n2,0.25,0.1,0.6\n"
+        root / "sft" / "8" / "logs" / "eval.csv",
+        "step,eval/accuracy,eval/accuracy_lo,eval/accuracy_hi\n0,0,0,0.3\n2,0.25,0.1,0.6\n",
     )
     _metrics(root / "sft" / "stale" / "metrics.json", accuracy=0.9, examples=99)
     _metrics(
@@ -53,17 +63,17 @@ def _results(root):
     )
     _write(
         root / "ei" / "G2" / "round_2" / "logs" / "rounds.csv",
-        "round,accuracy,accuracy_lo,accuracy_hi,mean_token_entropy\n0,0.25,0.1,0.5,1.0\n1,0.375,0.2,0.6,0.9\n2,0.5,0.3,0.7,0.8\n",
+        "round,eval/accuracy,eval/accuracy_lo,eval/accuracy_hi,eval/entropy\n0,0.25,0.1,0.5,1.0\n1,0.375,0.2,0.6,0.9\n2,0.5,0.3,0.7,0.8\n",
     )
     for run, acc in (("r", 0.625), ("lr", 0.5), ("clip", 0.4)):
         _metrics(root / "grpo" / run / "metrics.json", accuracy=acc, steps_done=2)
         _write(
             root / "grpo" / run / "logs" / "eval.csv",
-            "step,accuracy,accuracy_lo,accuracy_hi,wall_s\n0,0.5,0.3,0.7,0\n2,0.6,0.4,0.8,10\n",
+            "step,eval/accuracy,eval/accuracy_lo,eval/accuracy_hi,perf/wall_s\n0,0.5,0.3,0.7,0\n2,0.6,0.4,0.8,10\n",
         )
         _write(
             root / "grpo" / run / "logs" / "train.csv",
-            "step,token_entropy,response_length,grad_norm,train_reward\n1,1,5,0.5,0.2\n",
+            "step,train/entropy,rollout/response_tokens,train/grad_norm,rollout/reward\n1,1,5,0.5,0.2\n",
         )
 
 
@@ -76,7 +86,7 @@ def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
         {"r": {}, "lr": {"learning_rate": 1e-3}, "clip": {"loss_type": "grpo_clip"}},
         EI_LAST.format(root=tmp_path),
     )
-    assert [(r.method, r.run, r.metrics["accuracy"]) for r in results] == [
+    assert [(r.method, r.run, r.metrics["eval/accuracy"]) for r in results] == [
         ("zero-shot", "baseline", 0.0),
         ("SFT", "8", 0.25),
         ("EI", "G2", 0.5),

@@ -179,6 +179,6 @@ def test_the_sft_loop_trains_bf16_weights_with_the_configured_update(tiny, tmp_p
             model, tiny[1], rows=rows, cfg=cfg, validate=StubValidator(), history=history, initial={"metrics": METRICS}
         )
     assert type(built[0]).__module__.startswith("torchao")
-    lrs = [r["lr"] for r in history.rows["train"]]
+    lrs = [r["train/lr"] for r in history.rows["train"]]
     assert all(type(lr) is float for lr in lrs) and lrs[0] == pytest.approx(1e-5)  # torchao's own lr is a tensor
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), start))

@@ -29,15 +29,15 @@ def test_md_cell_leaves_no_markup():
 def test_reports_escape_every_model_field():
     sample = GradedSample("id<b>", 0, "p", HOSTILE[0], "<gt>", HOSTILE[3], "wrong", 1.0, 0.0, 0.0, 5, "stop", "s", "l")
     metrics = {
-        "accuracy": 0.0,
-        "accuracy_lo": 0.0,
-        "accuracy_hi": 0.5,
-        "format_rate": 1.0,
-        "n_questions": 1,
-        "samples_per_question": 1,
-        "format1_answer1": 0,
-        "format1_answer0": 1,
-        "format0_answer0": 0,
+        "eval/accuracy": 0.0,
+        "eval/accuracy_lo": 0.0,
+        "eval/accuracy_hi": 0.5,
+        "eval/format_rate": 1.0,
+        "count/questions": 1,
+        "count/samples_per_question": 1,
+        "eval/format1_answer1": 0,
+        "eval/format1_answer0": 1,
+        "eval/format0_answer0": 0,
     }
     text = eval_case_report("t", [sample], metrics, {"status_counts": {"wrong": 1}})
     assert "<script>" not in text and "<b>" not in text and "<gt>" not in text and "](javascript" not in text

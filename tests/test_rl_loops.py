@@ -13,6 +13,7 @@ from a5core import losses
 from a5core.checkpoint import Checkpointer
 from a5core.config import ConfigError, from_dict
 from a5core.ei import EIConfig, NoCorrectSamples, ei_round, history_row, select_kept
+from a5core.evaluation import RunResult
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.logprobs import get_response_log_probs
 from a5core.prompts import build_prompt
@@ -42,7 +43,7 @@ def _cfg(**kw):
 
 def _grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None):
     with DyingHistory(folder, die_at) as history:
-        summary = train_grpo(
+        result = train_grpo(
             policy,
             tok,
             backend or StubBackend(tok, list(texts)),
@@ -54,7 +55,7 @@ def _grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=N
             ckpt=ckpt,
             initial=INITIAL,
         )
-    return summary, history
+    return result.details, history
 
 
 def _margin(model, tok):
@@ -96,8 +97,8 @@ def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, tm
     assert len(calls) == 1 and not any(t.requires_grad for t in calls[0])
     train = history.rows["train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]  # x = optimizer step: 3 epochs x 2 steps of 4 rollouts
-    assert {r["grpo_step"] for r in train} == {1}
-    assert train[0]["clip_fraction"] == 0.0  # the first optimizer step is exactly on-policy
+    assert {r["count/grpo_step"] for r in train} == {1}
+    assert train[0]["train/clip_fraction"] == 0.0  # the first optimizer step is exactly on-policy
     assert [r["step"] for r in history.rows["eval"]] == [0, 6]  # the start, and the end at optimizer step 6
 
 
@@ -193,7 +194,10 @@ def test_ei_selection_cap_and_dedup():
         _sample("b", "x", 0.0),
     ]
     kept, counts = select_kept(recs, 2, dedup=True)
-    assert [r.response for r in kept] == ["x", "y"] and counts == {"duplicates_removed": 1, "removed_by_cap": 1}
+    assert [r.response for r in kept] == ["x", "y"] and counts == {
+        "count/duplicates_removed": 1,
+        "count/removed_by_cap": 1,
+    }
     kept, _ = select_kept(recs, 0, dedup=False)
     assert len(kept) == 4
 
@@ -229,12 +233,14 @@ def test_ei_rounds_chain_and_build_the_history_from_round_zero(tiny, tmp_path):
     rounds = [history_row(0, METRICS)]
     for k in (1, 2, 3):  # what ei_round_1..3 do, each from the previous round's policy
         result, history = _round(policy, tok, k, tmp_path / str(k))
-        rounds.append(history_row(k, result.final.metrics, result.report))
+        rounds.append(history_row(k, result.final.metrics, result.details))
         margins.append(_margin(policy, tok))
         assert {r.round for r in result.rollouts} == {k} and len(result.rollouts) == 2 * 3
         assert all(r.kept == ("good" in r.response) for r in result.rollouts)  # two distinct correct answers, cap 2
         assert history.rows["train"]  # the round's SFT steps
-    assert [r["round"] for r in rounds] == [0, 1, 2, 3] and rounds[1]["kept"] == 4 and rounds[1]["trained"] is True
+    assert (
+        [r["round"] for r in rounds] == [0, 1, 2, 3] and rounds[1]["count/kept"] == 4 and rounds[1]["trained"] is True
+    )
     assert margins[0] < margins[1] < margins[2] < margins[3]  # SFT on the kept " good ..." rollouts, round after round
 
 
@@ -242,14 +248,14 @@ def test_ei_round_keeps_exactly_the_correct_capped_deduped(tiny, tmp_path, monke
     model, tok = tiny
     handed = []
     monkeypatch.setattr(
-        ei_mod, "train_sft", lambda policy, tok, *, rows, **kw: handed.append(rows) or stub_evaluation()
+        ei_mod, "train_sft", lambda policy, tok, *, rows, **kw: handed.append(rows) or RunResult(stub_evaluation())
     )
     cfg = EIConfig(n_questions=3, rollouts_per_question=4, max_kept_per_question=2, max_tokens=8)
     backend = StubBackend(tok, [" good one", " bad", " good one", " good two"])
     result, _ = _round(model, tok, 1, tmp_path, backend=backend, cfg=cfg)
-    report = result.report
-    assert len(result.rollouts) == 12 and report["correct"] == 9 and report["duplicates_removed"] == 3
-    assert report["kept"] == 6 and report["removed_by_cap"] == 0 and report["trained"]
+    report = result.details
+    assert len(result.rollouts) == 12 and report["count/correct"] == 9 and report["count/duplicates_removed"] == 3
+    assert report["count/kept"] == 6 and report["count/removed_by_cap"] == 0 and report["trained"]
     assert sorted(r["response"] for r in handed[0]) == sorted([" good one", " good two"] * 3)
 
 
@@ -260,7 +266,7 @@ def test_ei_round_without_correct_samples(tiny, tmp_path):
         _round(copy.deepcopy(model), tok, 1, tmp_path / "a", backend=bad)
     skip = EIConfig(n_questions=2, rollouts_per_question=3, if_no_correct="skip", max_tokens=8)
     result, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", backend=bad, cfg=skip)
-    assert result.report["trained"] is False and not history.rows["train"]
+    assert result.details["trained"] is False and not history.rows["train"]
 
 
 def test_ei_round_resumes_after_a_kill_without_generating_again(tiny, tmp_path):
@@ -272,7 +278,7 @@ def test_ei_round_resumes_after_a_kill_without_generating_again(tiny, tmp_path):
     resumed, backend = copy.deepcopy(model), StubBackend(tok, [" good one", " bad", " good two"])
     result, history = _round(resumed, tok, 1, tmp_path / "b", str(tmp_path / "sb"), backend=backend)
     assert backend.calls == 0  # the graded rollouts came from scratch
-    assert result.report["kept"] == 4 and len(result.rollouts) == 6
+    assert result.details["count/kept"] == 4 and len(result.rollouts) == 6
     assert [r["step"] for r in history.rows["train"]] == [r["step"] for r in history_straight.rows["train"]]
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
@@ -300,7 +306,7 @@ def test_ei_round_samples_from_its_start_policy_and_validates_the_trained_one(ti
 def test_ei_rounds_do_not_rewarm_unless_asked(tiny, tmp_path):
     model, tok = tiny
     _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "a")
-    assert history.rows["train"][0]["lr"] == pytest.approx(EI_CFG.learning_rate)  # starts at the peak
+    assert history.rows["train"][0]["train/lr"] == pytest.approx(EI_CFG.learning_rate)  # starts at the peak
     rewarm = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3, max_tokens=8, rewarm=True)
     _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", cfg=rewarm, sft=replace(EI_SFT, warmup_ratio=1.0))
-    assert history.rows["train"][0]["lr"] == pytest.approx(1e-3 / 2)  # 2 steps, both warming up
+    assert history.rows["train"][0]["train/lr"] == pytest.approx(1e-3 / 2)  # 2 steps, both warming up

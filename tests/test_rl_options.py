@@ -175,17 +175,17 @@ def test_grpo_with_every_option_on_trains_and_logs(tiny, tmp_path):
     model, tok = tiny
     _, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(**ALL_ON), backend=_trunc(tok))
     train = history.rows["train"]
-    assert len(train) == 4 and all(r["truncation_rate"] == 0.5 for r in train)
-    assert train[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the first step is the reference itself
-    assert train[-1]["kl"] > 0.0  # and the policy moves away from it
-    assert all(math.isfinite(r["loss"]) for r in train)
+    assert len(train) == 4 and all(r["rollout/truncation_rate"] == 0.5 for r in train)
+    assert train[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # the first step is the reference itself
+    assert train[-1]["train/kl"] > 0.0  # and the policy moves away from it
+    assert all(math.isfinite(r["train/loss"]) for r in train)
 
 
 def test_defaults_log_the_truncation_rate_and_no_option_metrics(tiny, tmp_path):
     model, tok = tiny
     _, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(n_grpo_steps=1))
     row = history.rows["train"][0]
-    assert row["truncation_rate"] == 0.0 and "kl" not in row
+    assert row["rollout/truncation_rate"] == 0.0 and "train/kl" not in row
 
 
 def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path):
@@ -207,7 +207,7 @@ def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path):
         )
     resumed = copy.deepcopy(model)
     _, history = _grpo(resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1), backend=_trunc(tok))
-    assert [r["kl"] for r in history.rows["train"]] == [r["kl"] for r in history_straight.rows["train"]]
+    assert [r["train/kl"] for r in history.rows["train"]] == [r["train/kl"] for r in history_straight.rows["train"]]
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
 
@@ -266,7 +266,8 @@ def test_grpo_with_truncated_importance_sampling(tiny, tmp_path):
         copy.deepcopy(model), tok, tmp_path / "a", cfg, backend=EngineLogProbBackend(tok, [" good", " bad"])
     )
     row = history.rows["train"][0]
-    assert row["tis_logprob_gap"] > 0.1 and 0.0 <= row["tis_capped_frac"] <= 1.0 and math.isfinite(row["loss"])
+    assert row["train/tis_logprob_gap"] > 0.1 and 0.0 <= row["train/tis_capped_frac"] <= 1.0
+    assert math.isfinite(row["train/loss"])
     with pytest.raises(ValueError, match="tis_cap"):  # a backend that returns no log-probs cannot be corrected
         _grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg)
 
@@ -310,12 +311,12 @@ def _groups_mixed(samples, size=4):
 def test_dynamic_sampling_never_all_equal_generates_once_and_changes_nothing(tiny, tmp_path, monkeypatch):
     row, batch, backend, policy = _ds(tiny, tmp_path / "a", range(6), monkeypatch)
     assert backend.calls == 1 and _groups_mixed(batch) == [True, True]
-    assert (row["ds_groups_generated"], row["ds_groups_dropped"], row["ds_refill_rounds"], row["ds_groups_filled"]) == (
-        2,
-        0,
-        0,
-        0,
-    )
+    assert (
+        row["rollout/groups_generated"],
+        row["rollout/groups_dropped"],
+        row["rollout/refill_rounds"],
+        row["rollout/groups_filled"],
+    ) == (2, 0, 0, 0)
     plain = copy.deepcopy(tiny[0])  # the same run without dynamic sampling: the same weights, bit for bit
     _grpo(plain, tiny[1], tmp_path / "b", _cfg(n_grpo_steps=1), backend=PerQuestionBackend(tiny[1], range(6)))
     assert all(torch.equal(p, q) for p, q in zip(plain.parameters(), policy.parameters()))
@@ -324,22 +325,22 @@ def test_dynamic_sampling_never_all_equal_generates_once_and_changes_nothing(tin
 def test_dynamic_sampling_all_equal_refills_to_the_limit_then_fills(tiny, tmp_path, monkeypatch):
     row, batch, backend, _ = _ds(tiny, tmp_path, [], monkeypatch, max_refill_rounds=2)
     assert backend.calls == 3  # the step's round and two refills
-    assert (row["ds_groups_generated"], row["ds_groups_dropped"], row["ds_refill_rounds"], row["ds_groups_filled"]) == (
-        6,
-        6,
-        2,
-        2,
-    )
+    assert (
+        row["rollout/groups_generated"],
+        row["rollout/groups_dropped"],
+        row["rollout/refill_rounds"],
+        row["rollout/groups_filled"],
+    ) == (6, 6, 2, 2)
     assert len(batch) == 8 and _groups_mixed(batch) == [False, False]  # filled with dropped groups: batch size kept
 
 
 def test_dynamic_sampling_partly_all_equal_keeps_only_mixed_groups(tiny, tmp_path, monkeypatch):
     row, batch, backend, _ = _ds(tiny, tmp_path, [0, 1, 2], monkeypatch, max_refill_rounds=20)
-    assert row["ds_groups_filled"] == 0 and _groups_mixed(batch) == [True, True] and len(batch) == 8
-    assert backend.calls == row["ds_refill_rounds"] + 1
-    assert row["ds_groups_generated"] == 2 * backend.calls
-    kept = row["ds_groups_generated"] - row["ds_groups_dropped"]
-    assert kept >= 2 and row["ds_groups_dropped"] >= 1  # this seed draws at least one all-equal group
+    assert row["rollout/groups_filled"] == 0 and _groups_mixed(batch) == [True, True] and len(batch) == 8
+    assert backend.calls == row["rollout/refill_rounds"] + 1
+    assert row["rollout/groups_generated"] == 2 * backend.calls
+    kept = row["rollout/groups_generated"] - row["rollout/groups_dropped"]
+    assert kept >= 2 and row["rollout/groups_dropped"] >= 1  # this seed draws at least one all-equal group
 
 
 def test_grpo_resumes_bit_identically_with_dynamic_sampling(tiny, tmp_path):
@@ -362,7 +363,7 @@ def test_grpo_resumes_bit_identically_with_dynamic_sampling(tiny, tmp_path):
     _, history = _grpo(
         resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1), backend=PerQuestionBackend(tok, [0, 1, 2])
     )
-    keys = ("ds_groups_generated", "ds_groups_dropped", "train_reward")
+    keys = ("rollout/groups_generated", "rollout/groups_dropped", "rollout/reward")
     assert [[r[k] for k in keys] for r in history.rows["train"]] == [
         [r[k] for k in keys] for r in history_straight.rows["train"]
     ]
@@ -430,4 +431,4 @@ def test_validation_metrics_give_the_truncation_rate():
         return GradedSample(str(i), 0, "p", "r", "1", None, "wrong", 0.0, 0.0, 0.0, 8, finish, "s", "l")
 
     metrics, _, _ = summarize([sample(0, "length"), sample(1, "stop"), sample(2, "stop"), sample(3, "length")], 1)
-    assert metrics["truncation_rate"] == 0.5
+    assert metrics["eval/truncation_rate"] == 0.5

@@ -119,7 +119,10 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert "GRPO" in summary and "EI" in summary and "SFT" in summary and "95%" in summary
     base = json.loads((work / "results" / "baseline" / "metrics.json").read_text())
     details = json.loads((work / "results" / "baseline" / "details.json").read_text())
-    assert details["n_questions"] == 8 and base["accuracy_lo"] <= base["accuracy"] <= base["accuracy_hi"]
+    assert (
+        details["count/questions"] == 8
+        and base["eval/accuracy_lo"] <= base["eval/accuracy"] <= base["eval/accuracy_hi"]
+    )
     assert not (work / "scratch").exists()  # resume state is removed after success
     assert_one_copy_of_each_model(work, run)
     r = run("dvc", "status")

@@ -68,8 +68,10 @@ def test_evaluation_treats_questions_as_the_unit(tiny):
     result = evaluate_policy(model, tok, backend, ROWS[:4], cfg, StubPool(), progress=False)
     assert len(result.samples) == 12 and [s.sample_index for s in result.samples[:3]] == [0, 1, 2]
     m = result.metrics
-    assert (m["n_questions"], m["samples_per_question"], m["n"]) == (4, 3, 12)
-    assert m["accuracy"] == pytest.approx(1 / 3) and result.per_question == {
+    assert (m["count/questions"], m["count/samples_per_question"], m["count/samples"]) == (4, 3, 12)
+    assert m["eval/accuracy"] == pytest.approx(1 / 3) and result.per_question == {
         f"q{i}": pytest.approx(1 / 3) for i in range(4)
     }
-    assert m["accuracy_lo"] == m["accuracy_hi"] == pytest.approx(1 / 3)  # every question scores 1/3: no spread
+    assert (
+        m["eval/accuracy_lo"] == m["eval/accuracy_hi"] == pytest.approx(1 / 3)
+    )  # every question scores 1/3: no spread

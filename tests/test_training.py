@@ -52,7 +52,7 @@ def _train(model, tok, folder, cfg, ckpt=None, die_at=None):
             history=history,
             initial={"metrics": METRICS},
             ckpt=ckpt,
-        )
+        ).final
     return final, history
 
 
@@ -70,7 +70,7 @@ def test_killed_run_resumes_to_same_weights_and_logs(tiny, tmp_path):
     for p, q in zip(full.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
     assert [r["step"] for r in history.rows["train"]] == [1, 2, 3, 4]
-    drop = ("tokens_per_s",)
+    drop = ("perf/tokens_per_s",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in history.rows["train"]] == [
         {k: v for k, v in r.items() if k not in drop} for r in straight.rows["train"]
     ]
@@ -87,7 +87,7 @@ def test_warmup_is_a_fraction_of_the_run_and_validation_is_full_at_the_end(tiny,
     )
     with DyingHistory(tmp_path) as history:
         train_sft(copy.deepcopy(model), tok, rows=ROWS, cfg=cfg, validate=validator, history=history)
-    lrs = [r["lr"] for r in history.rows["train"]]
+    lrs = [r["train/lr"] for r in history.rows["train"]]
     assert lrs[:4] == pytest.approx([1e-3 * k / 4 for k in (1, 2, 3, 4)])  # 8 steps, 4 of warm-up
     assert validator.calls == [False, False, True]  # the fixed subset mid-run (steps 3, 6), the whole set at the end
     completions = [json.loads(line) for line in (tmp_path / "logs" / "completions.jsonl").read_text().splitlines()]
@@ -113,7 +113,7 @@ def test_console_rate_counts_the_steps_after_the_first(tmp_path, monkeypatch, ca
     with a5core.history.RunHistory(tmp_path / "live", tmp_path / "logs", name="t", total_steps=5) as history:
         for step, end in ((1, 100.0), (2, 110.0), (3, 130.0)):  # steps 2 and 3 take 10 s and 20 s
             now[0] = end
-            history.log("train", {"step": step, "loss": 0.5})
+            history.log("train", {"step": step, "train/loss": 0.5})
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[t] step")]
     assert "s/step" not in lines[0]
     assert lines[1].endswith("10.0 s/step, ETA 0:00:30") and lines[2].endswith("15.0 s/step, ETA 0:00:30")

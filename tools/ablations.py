@@ -33,9 +33,11 @@ def contrast(models: Path, run: str, reference: str) -> str:
     """One markdown row: run - reference with its paired 95% interval."""
     a, b = (json.loads((final_model(models, f) / "validation.json").read_text()) for f in (run, reference))
     delta, lo, hi = paired_difference(a["per_question"], b["per_question"])
-    change = delta_cell({"delta": delta, "delta_lo": lo, "delta_hi": hi, "delta_excludes_zero": lo > 0 or hi < 0})
+    change = delta_cell(
+        {"eval/delta": delta, "eval/delta_lo": lo, "eval/delta_hi": hi, "eval/delta_excludes_zero": lo > 0 or hi < 0}
+    )
     note = "" if a["protocol"] == b["protocol"] else "different prompt or protocol"
-    acc_a, acc_b = a["metrics"]["accuracy"], b["metrics"]["accuracy"]
+    acc_a, acc_b = a["metrics"]["eval/accuracy"], b["metrics"]["eval/accuracy"]
     n = len(set(a["per_question"]) & set(b["per_question"]))
     return f"| {run} − {reference} | {acc_a:.3f} | {acc_b:.3f} | {change} | {n} | {note} |"
 

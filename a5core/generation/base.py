@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from a5core.config import SamplingConfig
+from a5core.seeds import derive_seed
 
 FinishReason = Literal["stop", "length"]
 
@@ -38,7 +39,7 @@ class Backend(Protocol):
 
 def request_seed(seed: int, prompt_index: int, sample_index: int = 0) -> int:
     """The seed of one request's random stream: distinct per (seed, prompt, sample), stable across batchings."""
-    return (seed * 1_000_003 + prompt_index) * 1_009 + sample_index & 0x7FFF_FFFF_FFFF_FFFF
+    return derive_seed(seed, "request", prompt_index, sample_index)
 
 
 def truncate_at_stop(text: str, stops: list[str] | tuple[str, ...]) -> tuple[str, bool]:

