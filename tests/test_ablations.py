@@ -1,8 +1,9 @@
-"""tools/ablations.py: contrasts between runs, paired by question, against hand-computed differences."""
+"""tools/ablations.py: contrasts between runs, paired by question, against hand-computed differences, with verdicts
+corrected per family (Holm)."""
 
 import json
 
-from tools.ablations import contrast, final_model, table
+from tools.ablations import _rows, contrast, final_model, table
 
 
 def _model(folder, per_question: dict, protocol: str = "p") -> None:
@@ -16,11 +17,27 @@ def test_contrast_is_paired_by_question_and_marks_protocols(tmp_path):
     _model(tmp_path / "grpo_ref", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
     _model(tmp_path / "grpo_a", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q4": 0.5, "extra": 1.0})  # extra: not in both
     _model(tmp_path / "grpo_b", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0}, protocol="other prompt")
-    row = contrast(tmp_path, "grpo_a", "grpo_ref").split(" | ")
-    # paired over q1..q4: differences 1, 0, 1, 0.5 -> mean 0.625; the bootstrap interval is (0.25, 1.0) at most
-    assert row[3].startswith("+0.625 (") and "✓" in row[3] and row[4] == "4" and row[5].strip(" |") == "", row
-    row = contrast(tmp_path, "grpo_b", "grpo_ref").split(" | ")
-    assert row[3].startswith("+0.000 (+0.000 to +0.000)") and "✓" not in row[3] and "different prompt" in row[5]
+    a = contrast(tmp_path, "grpo_a", "grpo_ref")
+    # paired over q1..q4: differences 1, 0, 1, 0.5 -> mean 0.625; a resampled mean is 0 only when all four draws
+    # are q2, (1/4)^4 of the time, so p is about 2 / 256
+    assert a["delta"][0] == 0.625 and a["delta"][1] > 0 and 0 < a["p"] < 0.03 and a["questions"] == 4
+    assert not a["note"]
+    b = contrast(tmp_path, "grpo_b", "grpo_ref")
+    assert b["delta"] == (0.0, 0.0, 0.0) and b["p"] == 1.0 and "different prompt" in b["note"]
+    row = _rows([a, b])[0].split(" | ")
+    assert row[3].startswith("+0.625 (") and "✓" in row[3] and float(row[5]) == min(1, round(2 * a["p"], 3)), row
+
+
+def test_a_family_s_verdicts_are_holm_corrected():
+    """Three contrasts at p = 0.01, 0.03, 0.04: alone each is below 0.05; Holm keeps only the first (0.03, then
+    max(0.06, 0.04) = 0.06 twice)."""
+    family = [
+        {"name": n, "accuracy": 0.5, "reference": 0.4, "delta": (0.1, 0.01, 0.2), "p": p, "questions": 9, "note": ""}
+        for n, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))
+    ]
+    rows = [r.split(" | ") for r in _rows(family)]
+    assert [r[5] for r in rows] == ["0.030", "0.060", "0.060"]
+    assert ["✓" in r[3] for r in rows] == [True, False, False]
 
 
 def test_families_use_their_first_run_as_reference_and_the_last_ei_round(tmp_path):

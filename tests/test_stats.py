@@ -9,8 +9,10 @@ from a5core.evaluation import evaluate_policy
 from a5core.stats import (
     accuracy_interval,
     bootstrap_mean,
+    holm,
     min_detectable_difference,
     paired_difference,
+    paired_test,
     per_question,
     wilson,
 )
@@ -75,3 +77,28 @@ def test_evaluation_treats_questions_as_the_unit(tiny):
     assert (
         m["eval/accuracy_lo"] == m["eval/accuracy_hi"] == pytest.approx(1 / 3)
     )  # every question scores 1/3: no spread
+
+
+def test_holm_adjusts_step_down_in_input_order():
+    # sorted 0.01, 0.03, 0.04 -> 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, max(0.06, 1 x 0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == [1.0, 1.0] and holm([]) == []
+
+
+def test_paired_test_has_the_paired_interval_and_a_bootstrap_p():
+    before = {f"q{i}": 0.0 for i in range(20)}
+    after = {f"q{i}": float(i < 12) for i in range(20)}  # 12 of 20 questions gained, none lost
+    delta, lo, hi, p = paired_test(after, before)
+    assert (delta, lo, hi) == paired_difference(after, before) and delta == pytest.approx(0.6)
+    assert p < 0.001  # no resampled mean of twelve ones and eight zeros reaches 0
+    mixed = {f"q{i}": float(i % 2) for i in range(20)}
+    assert paired_test(mixed, {f"q{i}": float(i % 2 == 0 or i == 1) for i in range(20)})[3] > 0.5  # -1/20: noise
+    assert paired_test(before, before)[3] == 1.0
+
+
+def test_seeds_average_evaluation_noise_and_their_spread_sets_a_floor():
+    one = min_detectable_difference(64, 1, 0.3)
+    assert min_detectable_difference(64, 1, 0.3, seeds=3) == pytest.approx(min_detectable_difference(192, 1, 0.3))
+    spread = min_detectable_difference(10**9, 1, 0.3, seeds=3, seed_sd=0.05)  # evaluation noise gone: seeds alone
+    assert spread == pytest.approx((1.959963984540054 + 0.8416) * math.sqrt(2 * 0.05**2 / 3))
+    assert min_detectable_difference(64, 1, 0.3, seed_sd=0.05) > one
