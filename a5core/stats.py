@@ -8,8 +8,9 @@ an interval treats each question's mean score as one observation.
 - A paired difference (after - before, on the same questions with the same sample seeds): a percentile bootstrap over
   questions of the per-question differences. It is much narrower than comparing two independent intervals, because
   most of the variance is which questions are hard, and that cancels within a question.
-The bootstrap is seeded, so the same scores always give the same interval. `min_detectable_difference` is the
-smallest paired difference a protocol resolves (a rough power calculation, used to document the protocols).
+The bootstrap is seeded, so the same scores always give the same interval. `paired_test` adds a bootstrap p-value,
+and `holm` corrects a family of them (tools/ablations.py). `min_detectable_difference` is the smallest paired
+difference a protocol resolves (a rough power calculation: the protocols' documentation and `python -m tools.power`).
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     return (lo, hi)
 
 
+def _resampled_means(values: list[float], seed: int, n_boot: int) -> list[float]:
+    """The sorted means of `n_boot` resamples (with replacement) of `values`, seeded."""
+    n, rng = len(values), random.Random(seed)
+    return sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+
+
 def bootstrap_mean(values: list[float], seed: int = 0, n_boot: int = N_BOOTSTRAP) -> tuple[float, float]:
     """95% percentile bootstrap interval of the mean of `values` (one value per question)."""
-    n = len(values)
-    if n == 0:
+    if not values:
         return (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    means = _resampled_means(values, seed, n_boot)
     return (means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1])
 
 
@@ -76,14 +81,46 @@ def paired_difference(after: dict[str, float], before: dict[str, float], seed: i
     return (sum(diffs) / len(diffs), lo, hi)
 
 
-def min_detectable_difference(n_questions: int, samples: int, accuracy: float, z_power: float = 0.8416) -> float:
+def paired_test(
+    after: dict[str, float], before: dict[str, float], seed: int = 0, n_boot: int = N_BOOTSTRAP
+) -> tuple[float, float, float, float]:
+    """(mean difference, 95% lo, 95% hi, two-sided p) of after - before over the questions both measured.
+
+    The interval is `paired_difference`'s; p is the bootstrap's: twice the share of resampled means on the far side
+    of zero from the observed one (at most 1; 1 when every difference is 0), resolution 1 / n_boot."""
+    delta, lo, hi = paired_difference(after, before, seed)
+    diffs = [after[uid] - before[uid] for uid in after if uid in before]
+    if all(d == 0 for d in diffs):
+        return delta, lo, hi, 1.0
+    means = _resampled_means(diffs, seed, n_boot)
+    far = sum(m <= 0 for m in means) if delta > 0 else sum(m >= 0 for m in means)
+    return delta, lo, hi, min(1.0, 2 * far / n_boot)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in input order (Holm, 1979): the family-wise error rate stays at the
+    level whatever the dependence between the tests, and it rejects at least what Bonferroni does."""
+    m = len(pvalues)
+    adjusted, running = [1.0] * m, 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda j: pvalues[j])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))  # step-down: never below an earlier rejection's
+        adjusted[i] = running
+    return adjusted
+
+
+def min_detectable_difference(
+    n_questions: int, samples: int, accuracy: float, z_power: float = 0.8416, seeds: int = 1, seed_sd: float = 0.0
+) -> float:
     """Smallest paired accuracy difference found with 80% power by a two-sided 5% test, for a protocol of
-    `n_questions` questions x `samples` samples each at accuracy about `accuracy`.
+    `n_questions` questions x `samples` samples each at accuracy about `accuracy`, each arm the mean of `seeds`
+    training runs whose accuracies vary with standard deviation `seed_sd` between seeds.
 
     The difference of one question's two mean scores has variance 2 * p_q (1 - p_q) / samples from sampling alone;
-    bounding p_q (1 - p_q) by p (1 - p) gives (z_0.975 + z_0.8) * sqrt(2 p (1 - p) / (samples * n)). Questions that
-    are always or never solved make the true figure smaller, and a change that helps some questions and hurts others
-    makes it larger: a planning figure, not a test.
+    bounding p_q (1 - p_q) by p (1 - p) and averaging over seeds gives a variance 2 p (1 - p) / (samples n seeds) +
+    2 seed_sd^2 / seeds, and the difference is (z_0.975 + z_0.8) times its square root. Questions that are always or
+    never solved make the true figure smaller, and a change that helps some questions and hurts others makes it
+    larger: a planning figure, not a test.
     """
     p = min(max(accuracy, 1e-3), 1 - 1e-3)
-    return (Z95 + z_power) * math.sqrt(2 * p * (1 - p) / (samples * n_questions))
+    var = 2 * p * (1 - p) / (samples * n_questions * seeds) + 2 * seed_sd**2 / seeds
+    return (Z95 + z_power) * math.sqrt(var)
