@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from a5core import grpo, plan, sft  # noqa: E402
+from a5core import grpo, grpo_update, plan, sft  # noqa: E402
 from a5core.config import SamplingConfig, from_dict, load_yaml  # noqa: E402
 from a5core.generation.hf import HFBackend  # noqa: E402
 from a5core.logprobs import get_response_log_probs  # noqa: E402
@@ -191,12 +191,12 @@ def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64,
         "sweep_longest_tokens": max(len(p) + len(o) for p, o in zip(batch.prompt_ids, batch.output_ids)),
     }
     configs = [(m, a) for m, a in ((2, True), (8, True), (16, True), (2, False)) if m <= gcfg.train_batch_size]
-    original = grpo.autocast_context
+    original = grpo_update.autocast_context
     try:
         for rep in range(repeats + 1):
             for micro, autocast in configs:
                 cfg = replace(gcfg, gradient_accumulation_steps=gcfg.train_batch_size // micro)
-                grpo.autocast_context = _forced_autocast(autocast, device)
+                grpo_update.autocast_context = _forced_autocast(autocast, device)
                 step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
                 key = f"micro{micro}_autocast{int(autocast)}"
                 if key in out.get("sweep_out_of_memory", []):
@@ -217,7 +217,7 @@ def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64,
                 lp.append(get_response_log_probs(model, b["input_ids"], b["labels"])["log_probs"])  # (2, T)
         out["sweep_logprob_max_abs_diff"] = float(((lp[0] - lp[1]).abs() * b["response_mask"]).max())
     finally:
-        grpo.autocast_context = original
+        grpo_update.autocast_context = original
     return out
 
 

@@ -84,6 +84,12 @@ def engine_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices
     return kwargs
 
 
+def _engine_seed(seed: int) -> int:
+    """`seed` folded to 32 bits. Why: vLLM seeds numpy's legacy generator (seeds below 2**32 only) and offsets a
+    request's seed for each of its n samples, so a 63-bit derive_seed value fails or overflows there."""
+    return seed & 0xFFFF_FFFF
+
+
 class VLLMBackend:
     """The `Backend` on a vLLM engine (see the module docstring)."""
 
@@ -104,7 +110,7 @@ class VLLMBackend:
         kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
         self.device = engine_device(cfg, torch.cuda.device_count())
         with _keep_torch_threads():
-            self.llm = vllm.LLM(model=model_path, seed=seed, enable_prefix_caching=True, **kwargs)
+            self.llm = vllm.LLM(model=model_path, seed=_engine_seed(seed), enable_prefix_caching=True, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.set_device(0)  # building the engine on cuda:1 made it the process's current device
         if self.tokenizer is None:  # the engine's own, loaded from the same folder
@@ -125,7 +131,7 @@ class VLLMBackend:
                 min_tokens=sampling.min_tokens,
                 stop=list(sampling.stop),
                 include_stop_str_in_output=True,
-                seed=request_seed(sampling.seed, i),
+                seed=_engine_seed(request_seed(sampling.seed, i)),
                 logprobs=0,  # the sampled id's own log-prob (raw: untempered, as training sees it), for GRPO's TIS
             )
             for i in range(n_prompts)
