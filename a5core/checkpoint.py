@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from a5core import distributed
+
 
 def fingerprint(params: Any, inputs: dict[str, str]) -> str:
     from a5core.artifacts import _jsonable, hash_path
@@ -49,12 +51,14 @@ class Checkpointer:
 
     def __init__(self, folder: str | Path, fp: str, every: int):
         self.folder, self.every = Path(folder), every
-        self.folder.mkdir(parents=True, exist_ok=True)
         fp_file = self.folder / "fingerprint.txt"
-        if not fp_file.exists() or fp_file.read_text() != fp:
-            for name in ("state", "state.old", "state.tmp"):  # a state of other inputs or params is never resumed
-                shutil.rmtree(self.folder / name, ignore_errors=True)
-            fp_file.write_text(fp)
+        if distributed.is_main():  # one writer; the other ranks only read, after it (barrier)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if not fp_file.exists() or fp_file.read_text() != fp:
+                for name in ("state", "state.old", "state.tmp"):  # a state of other inputs or params is never resumed
+                    shutil.rmtree(self.folder / name, ignore_errors=True)
+                fp_file.write_text(fp)
+        distributed.barrier()
 
     def load(self) -> dict | None:
         """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning)."""
@@ -78,6 +82,12 @@ class Checkpointer:
         return self.every > 0 and step % self.every == 0
 
     def save(self, state: dict) -> None:
+        """Write `state` (rank 0 of a distributed run; the others wait for it)."""
+        if distributed.is_main():
+            self._write(state)
+        distributed.barrier()
+
+    def _write(self, state: dict) -> None:
         tmp, final, old = self.folder / "state.tmp", self.folder / "state", self.folder / "state.old"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -93,8 +103,8 @@ class Checkpointer:
     def save_training(self, policy, optimizer, step: int, history: list, scheduler=None, **extra) -> None:
         """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state())."""
         state = {
-            "model": policy.state_dict(),
-            "optimizer": optimizer.state_dict(),
+            "model": distributed.model_state(policy),  # whole tensors, also under fsdp2 (any world size resumes)
+            "optimizer": distributed.optimizer_state(policy, optimizer),
             "rng": rng_state(),
             "step": step,
             "history": history,
@@ -109,16 +119,17 @@ class Checkpointer:
         state = self.load()
         if not state:
             return {}
-        policy.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         return state
 
     def clear(self) -> None:
-        """Delete the folder, and its parents up to `scratch/` when they are left empty."""
-        clear_scratch(self.folder)
+        """Delete the folder, and its parents up to `scratch/` when they are left empty (rank 0)."""
+        distributed.barrier()
+        if distributed.is_main():
+            clear_scratch(self.folder)
 
 
 def clear_scratch(folder: str | Path) -> None:

@@ -368,7 +368,8 @@ class SamplingConfig:
     min_tokens: int = 4  # min new tokens before a stop can end generation
     stop: tuple[str, ...] = ("</answer>",)  # stop strings, kept in the output
     n: int = 1  # samples per prompt
-    seed: int = 0  # sampling seed; request i draws from its own stream, derived from (seed, i)
+    seed: int = 0  # sampling seed; request i draws from its own stream, derived from (seed, index_offset + i)
+    index_offset: int = 0  # global index of the first prompt (a rank's block of questions: a5core.distributed)
 
 
 @dataclass(frozen=True)
@@ -448,6 +449,7 @@ SECTIONS = {
     "data": "a5core.config:DataConfig",
     "generation": "a5core.config:GenerationConfig",
     "logging": "a5core.config:LoggingConfig",
+    "distributed": "a5core.distributed:DistributedConfig",
     "eval": "a5core.config:EvalConfig",
     "validation": "a5core.config:EvalConfig",
     "sft": "a5core.sft:SFTConfig",

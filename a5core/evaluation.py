@@ -10,10 +10,11 @@ metrics files DVC shows stay a few columns wide.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from a5core import distributed
 from a5core.config import EvalConfig, SamplingConfig
 from a5core.generation.base import Backend
 from a5core.grader.pool import GraderPool
@@ -47,33 +48,38 @@ class RunResult:
 def generate_and_grade(
     backend: Backend, rows: list[dict], prompt: str, sampling: SamplingConfig, pool: GraderPool, progress: bool = True
 ) -> list[GradedSample]:
-    """One GradedSample per (row, sample), in row order."""
+    """One GradedSample per (row, sample), in row order. On N ranks each generates and grades its block of rows
+    (seeded by global index) and every rank returns them all (a5core.distributed)."""
+    mine = distributed.block(len(rows))
+    rows, sampling = rows[mine.start : mine.stop], replace(sampling, index_offset=sampling.index_offset + mine.start)
     prompts = [build_prompt(r["problem"], prompt) for r in rows]
-    completions = backend.generate(prompts, sampling, progress=progress)
+    completions = backend.generate(prompts, sampling, progress=progress) if rows else []
     flat = [(r, p, j, c) for r, p, cs in zip(rows, prompts, completions) for j, c in enumerate(cs)]
     grades = pool.map([c.text for *_, c in flat], [r["answer"] for r, *_ in flat], progress=progress)
-    return [
-        GradedSample(
-            unique_id=r["unique_id"],
-            sample_index=j,
-            prompt=p,
-            response=c.text,
-            ground_truth=r["answer"],
-            extracted=g["extracted"],
-            status=g["status"],
-            format_reward=g["format_reward"],
-            answer_reward=g["answer_reward"],
-            reward=g["reward"],
-            output_tokens=len(c.token_ids),
-            finish_reason=c.finish_reason,
-            subject=r.get("subject", ""),
-            level=r.get("level", ""),
-            token_ids=tuple(c.token_ids),
-            token_entropies=c.token_entropies,
-            token_logprobs=c.token_logprobs,
-        )
-        for (r, p, j, c), g in zip(flat, grades)
-    ]
+    return distributed.gather(
+        [
+            GradedSample(
+                unique_id=r["unique_id"],
+                sample_index=j,
+                prompt=p,
+                response=c.text,
+                ground_truth=r["answer"],
+                extracted=g["extracted"],
+                status=g["status"],
+                format_reward=g["format_reward"],
+                answer_reward=g["answer_reward"],
+                reward=g["reward"],
+                output_tokens=len(c.token_ids),
+                finish_reason=c.finish_reason,
+                subject=r.get("subject", ""),
+                level=r.get("level", ""),
+                token_ids=tuple(c.token_ids),
+                token_entropies=c.token_entropies,
+                token_logprobs=c.token_logprobs,
+            )
+            for (r, p, j, c), g in zip(flat, grades)
+        ]
+    )
 
 
 def _counts(samples: list[GradedSample]) -> dict:

@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
 import torch
 
-from a5core import compute
+from a5core import compute, distributed
 from a5core.advantages import group_normalize
 from a5core.autocast import autocast_context
 from a5core.logprobs import get_response_log_probs
@@ -60,25 +61,29 @@ def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[l
 
 @torch.inference_mode()
 def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:
-    """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph)."""
-    out: list[torch.Tensor | None] = [None] * len(rollouts)
-    for idx in _micro_batches(rollouts, list(range(len(rollouts))), micro):
+    """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph); on N ranks each
+    computes its share of the micro-batches and every rank gets them all."""
+    mine: list[tuple[int, torch.Tensor]] = []
+    for idx, weight in distributed.deal(_micro_batches(rollouts, list(range(len(rollouts))), micro)):
         b = _batch(rollouts, idx, device)
         with autocast_context(policy):
             lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
                 "log_probs"
             ]  # (b, T)
-        for j, i in enumerate(idx):
-            out[i] = lp[j].clone()
-    return out
+        mine += [(i, lp[j].clone()) for j, i in enumerate(idx)] if weight else []
+    out = dict(distributed.gather(mine))
+    return [out[i].to(device) for i in range(len(rollouts))]
 
 
 def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - r.shape[0]))) for r in rows])  # (b, T)
 
 
-def _micro_step(policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], step_units: int, device) -> dict:
-    """Forward/backward of micro-batch `mi` with its share of the step's loss; returns its sums for the log."""
+def _micro_step(
+    policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], step_units: int, device, weight: float = 1.0
+) -> dict:
+    """Forward/backward of micro-batch `mi` with its share of the step's loss (times `weight`: 0 is a fsdp2 rank's
+    repeat that only keeps the collectives in step); returns its sums for the log."""
     b = _batch(rollouts, mi, device)
     with autocast_context(policy):
         out = get_response_log_probs(
@@ -96,7 +101,7 @@ def _micro_step(policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], 
     loss, meta = grpo_microbatch_train_step(
         out["log_probs"],
         mask,
-        compute.share(step_units, normalizer_units(cfg.length_normalization, mask)),
+        compute.share(step_units, normalizer_units(cfg.length_normalization, mask)) / weight if weight else math.inf,
         cfg.loss_type,
         raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
         advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
@@ -106,15 +111,15 @@ def _micro_step(policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], 
         normalize_constant=cfg.normalize_constant,
         **terms,
     )
-    tokens = int(mask.sum())
+    tokens = int(mask.sum()) * weight
     return {
         "loss": float(loss),
         "clip": float(meta["clip_fraction"]) * tokens,
-        "entropy": float((out["token_entropy"].detach() * mask).sum()),
+        "entropy": float((out["token_entropy"].detach() * mask).sum()) * weight,
         "tokens": tokens,
-        "cells": compute.cost(b["lengths"], compute.settings().pack_sequences),  # positions the forward computed
-        "real": sum(b["lengths"]),  # of which real (not padding)
-        **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
+        "cells": compute.cost(b["lengths"], compute.settings().pack_sequences) * weight,  # positions computed
+        "real": sum(b["lengths"]) * weight,  # of which real (not padding)
+        **{f"option/{name}": float((per_token * mask).sum()) * weight for name, per_token in option_terms.items()},
     }
 
 
@@ -122,14 +127,17 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
     """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step.
 
     Each micro-batch's loss is its share of the step's mean (compute.share over losses.normalizer_units), so the
-    update is the same for any split into micro-batches (the handout's, or a token budget)."""
+    update is the same for any split into micro-batches (the handout's, or a token budget) and over ranks, whose
+    gradients are summed (a5core.distributed)."""
     token_mean = cfg.length_normalization == "token_mean"
     step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
     t0 = time.monotonic()
     sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
-    for mi in _micro_batches(rollouts, idx, cfg.micro_batch_size):
-        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device).items():
+    for mi, weight in distributed.deal(_micro_batches(rollouts, idx, cfg.micro_batch_size)):
+        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device, weight).items():
             sums[key] = sums.get(key, 0) + value
+    distributed.reduce_gradients(policy)
+    sums = distributed.all_sum(sums)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     opt.step()
     opt.zero_grad(set_to_none=True)

@@ -78,25 +78,29 @@ class RunHistory:
         name: str,
         total_steps: int,
         cfg: LoggingConfig | None = None,
+        write: bool = True,
     ):
+        """`write` False: rows are kept in memory only (ranks other than 0 of a distributed run)."""
         from dvclive import Live
 
         self.cfg = cfg or LoggingConfig()
-        self.name, self.total_steps = name, total_steps
+        self.name, self.total_steps, self.write = name, total_steps, write
         self.logs_dir = Path(logs_dir)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.rows: dict[str, list[dict]] = {"train": [], "eval": []}
         self.order: list[str] = []  # the kind of every row, in the order logged: a replay keeps it (dvclive's summary)
+        self.completions: list[dict] = []
+        self.live, self.tb = None, None
+        self._clock: tuple[float, int] | None = None  # (time, step) of the first row this process logged
+        if not write:
+            return
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
         for stale in [*self.logs_dir.glob(".*.csv.*"), *self.logs_dir.glob(".*.jsonl.*")]:
             stale.unlink()  # a temp file of an atomic write that a killed process left (artifacts._atomic_target)
-        self.completions: list[dict] = []
         self.live = Live(dir=str(live_dir), dvcyaml=False, save_dvc_exp=False, report=None)
-        self.tb = None
         if self.cfg.tracker == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(Path(live_dir) / "tensorboard"))
-        self._clock: tuple[float, int] | None = None  # (time, step) of the first row this process logged
 
     @property
     def optimizer_steps(self) -> int:
@@ -110,6 +114,8 @@ class RunHistory:
         row = _flat(row)
         self.rows.setdefault(kind, []).append(row)
         self.order.append(kind)
+        if not self.write:
+            return
         step = int(row["step"])
         self.live.step = step
         for key, value in _numeric(row).items():
@@ -127,6 +133,8 @@ class RunHistory:
     def log_completions(self, step: int, samples: list[dict]) -> None:
         """A sample of validation generations at one evaluation (prompt, response, reward, entropy, ...)."""
         self.completions.extend({"step": step, **_flat(s)} for s in samples)
+        if not self.write:
+            return
         lines = "".join(json.dumps(c) + "\n" for c in self.completions)
         write_text(lines, self.logs_dir / "completions.jsonl")
 
@@ -157,7 +165,8 @@ class RunHistory:
                 self.log_completions(step, [c for c in state["completions"] if c["step"] == step])
 
     def close(self) -> None:
-        self.live.end()
+        if self.live is not None:
+            self.live.end()
         if self.tb is not None:
             self.tb.close()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a5core import autocast, compute, lora, optim, stage
+from a5core import autocast, compute, distributed, lora, optim, stage
 from a5core.artifacts import content_hash, provenance, write_json
 from a5core.checkpoint import fingerprint
 from a5core.config import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
@@ -69,6 +69,8 @@ class TrainingStart:
             "weight_update": self.weight_update,
             **cut,
             **adapters,
+            # the layout of a checkpoint's optimizer state (whole tensors by parameter name under fsdp2)
+            **({"sharded": "fsdp2"} if distributed.world().sharded else {}),
         }
 
 
@@ -79,7 +81,7 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     model = load_section(ModelConfig, "model", args.params)
     questions = stage.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
     planned = check_plans(args.params, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
-    device = stage.setup_torch(seed)
+    device = distributed.device(stage.setup_torch(seed, share=distributed.local_share))
     in_force = autocast.configure(model.autocast, device, weights=model.dtype)
     optim.configure(model.weight_update)  # every make_optimizer of this stage
     tokens = planned if model.micro_batch_tokens == "auto" and planned else model.micro_batch_tokens
@@ -87,13 +89,16 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     compute.prepare(policy)
+    if distributed.world().sharded and (model.lora_rank or model.logits_chunk or model.weight_update != "nearest"):
+        raise ValueError("distributed.strategy fsdp2 runs without model.lora_rank, logits_chunk and stochastic_round")
+    policy = distributed.shard(policy)  # fsdp2 on N ranks; else unchanged
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,
         logging=load_section(LoggingConfig, "logging", args.params),
         policy=policy,
         tokenizer=tokenizer,
-        backend=make_backend(generation, args.model, policy, tokenizer, seed=seed),
+        backend=distributed.FullWeightsBackend(make_backend(generation, args.model, policy, tokenizer, seed=seed)),
         validation_rows=questions,
         bf16_autocast=in_force["bf16_autocast"],
         weight_update=model.weight_update,
@@ -114,10 +119,20 @@ class TrainingStage:
     protocol: str  # validation_protocol of this stage's validations
     initial: dict  # the starting policy's full validation record
 
+    @property
+    def main(self) -> bool:
+        """Whether this process writes the stage's outputs (rank 0 of a distributed run)."""
+        return distributed.is_main()
+
     def save(self, out: str, final: Evaluation, params: dict, inputs: dict) -> None:
-        """The trained policy's folder, with its provenance and its final validation."""
-        prov = provenance(self.name, params, inputs)
-        save_policy(self.start.policy, self.start.tokenizer, out, prov, validation_record(final, self.protocol))
+        """The trained policy's folder, with its provenance and its final validation (every rank calls it; rank 0
+        writes)."""
+        self.save_model(out, provenance(self.name, params, inputs), validation_record(final, self.protocol))
+
+    def save_model(self, out: str, prov: dict, validation: dict) -> None:
+        policy = distributed.full_weights(self.start.policy)  # a collective under fsdp2
+        if self.main:
+            save_policy(policy, self.start.tokenizer, out, prov, validation)
 
 
 @contextlib.contextmanager
@@ -136,13 +151,14 @@ def training_stage(
     section's; one pool when equal) so their imports overlap the model load, `training_start`, the run history, the
     validator (with `prompt`, default: the validation section's) and the validation of the policy in
     `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
+    distributed.setup(load_section(distributed.DistributedConfig, "distributed", args.params))
     validation = load_section(EvalConfig, "validation", args.params)
     train_reward, val_reward = train_reward or validation.reward_fn, val_reward or validation.reward_fn
     pool = grader_pool(validation, train_reward).start()
     vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
     start = training_start(args, seed)
     protocol = validation_protocol(start.validation, args.validation, prompt)
-    history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging)
+    history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging, write=distributed.is_main())
     with history, pool, vpool:
         validate = Validator(start, vpool, subset_size=subset_size, prompt=prompt)
         initial = initial_validation(initial_from, protocol, validate, start.policy)
@@ -150,8 +166,9 @@ def training_stage(
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
-    """A grading pool with the section's workers and time limit (and its reward_fn unless another is named)."""
-    return GraderPool(reward_fn or cfg.reward_fn, cfg.grader_workers, cfg.grader_timeout_s)
+    """A grading pool with the section's workers (shared out over a node's ranks) and time limit (and its reward_fn
+    unless another is named)."""
+    return GraderPool(reward_fn or cfg.reward_fn, distributed.local_share(cfg.grader_workers), cfg.grader_timeout_s)
 
 
 def check_plans(params: str, model_dir: str, dtype: str) -> int | None:
@@ -268,7 +285,9 @@ class Snapshots:
 
     def __call__(self, policy, step: int) -> None:
         if self.every and step % self.every == 0:
-            save_policy(policy, self.tokenizer, self.folder / f"step_{step}", {**self.prov, "step": step})
+            policy = distributed.full_weights(policy)  # a collective under fsdp2: every rank calls it
+            if distributed.is_main():
+                save_policy(policy, self.tokenizer, self.folder / f"step_{step}", {**self.prov, "step": step})
 
 
 METRIC_KEYS = ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "eval/delta", "eval/delta_lo", "eval/delta_hi")

@@ -19,7 +19,7 @@ from typing import Callable, Literal
 
 import torch
 
-from a5core import compute
+from a5core import compute, distributed
 from a5core.autocast import autocast_context
 from a5core.checkpoint import Checkpointer
 from a5core.config import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
@@ -92,7 +92,7 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
     groups = micro_batches(batch, cfg.micro_batch_size)
     n_tokens = sum(len(o) for _, o in batch)
     stats = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0, "padded": 0, "cells": 0}
-    for idx in groups:
+    for idx, weight in distributed.deal(groups):  # on N ranks, this rank's share (a5core.distributed)
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         lengths = [len(batch[i][0]) + len(batch[i][1]) - 1 for i in idx]  # each row's real positions
@@ -102,17 +102,18 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
             # why n_tokens / len(idx): the handout's step returns the micro-batch's mean over its len(idx) rows of
             # (row sum / constant), i.e. sum / (constant * len(idx)) = sum / n_tokens, the step's token mean
-            loss, _ = sft_microbatch_train_step(out["log_probs"], mask, 1, n_tokens / len(idx))
+            k, constant = (1 / weight if weight else math.inf), n_tokens / len(idx)
         else:  # mean over the step's examples of their sum / normalize_constant
-            share = compute.share(len(batch), len(idx))
-            loss, _ = sft_microbatch_train_step(out["log_probs"], mask, share, cfg.normalize_constant)
+            k, constant = (compute.share(len(batch), len(idx)) / weight if weight else math.inf), cfg.normalize_constant
+        loss, _ = sft_microbatch_train_step(out["log_probs"], mask, k, constant)
         stats["loss"] += float(loss)
-        stats["entropy_sum"] += float((out["token_entropy"] * mask).sum())
-        stats["tokens"] += int(mask.sum())
+        stats["entropy_sum"] += float((out["token_entropy"] * mask).sum()) * weight
+        stats["tokens"] += int(mask.sum()) * weight
         cells = compute.cost(lengths, compute.settings().pack_sequences)  # positions the forward computed
-        stats["padded"] += cells - sum(lengths)
-        stats["cells"] += cells
-    return stats
+        stats["padded"] += (cells - sum(lengths)) * weight
+        stats["cells"] += cells * weight
+    distributed.reduce_gradients(policy)
+    return distributed.all_sum(stats)
 
 
 def optimizer_step(policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:

@@ -81,10 +81,11 @@ def _check_model_folder(model: str, params: str) -> None:
         sys.exit(f"error: {problem}. Nothing was run.")
 
 
-def setup_torch(seed: int = 0) -> torch.device:
-    """Seed torch, use every core (A5_THREADS to limit), and return the training device (cuda:0 when present)."""
+def setup_torch(seed: int = 0, share=lambda cores: cores) -> torch.device:
+    """Seed torch, use every core (A5_THREADS to limit; `share` divides them among a node's processes), and return
+    the training device (cuda:0 when present)."""
     torch.manual_seed(seed)
-    torch.set_num_threads(int(os.environ.get("A5_THREADS", os.cpu_count() or 1)))
+    torch.set_num_threads(share(int(os.environ.get("A5_THREADS", os.cpu_count() or 1))))
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 

@@ -13,7 +13,7 @@ from a5core.checkpoint import clear_scratch, fingerprint
 from a5core.config import load_run, load_section
 from a5core.ei import EIConfig, ei_round, history_row
 from a5core.history import read_log, write_csv
-from a5core.pipeline import save_policy, training_stage, validation_record, write_results
+from a5core.pipeline import training_stage, validation_record, write_results
 from a5core.records import ROLLOUT_SCHEMA
 from a5core.reports import ei_report
 from a5core.runinfo import write_run_record
@@ -57,9 +57,11 @@ PATHS = (
 def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     """The round's history, rollouts, model (with its validation), starting-policy record, metrics and report."""
     rounds.append(history_row(args.round, result.final.metrics, result.details))
+    ts.save_model(args.out, prov, validation_record(result.final, ts.protocol))  # every rank calls it
+    if not ts.main:  # rank 0 of a distributed run writes the results
+        return
     write_csv(rounds, f"{args.logs}/rounds.csv")
     write_parquet([r.row() for r in result.rollouts], args.rollouts, prov, ROLLOUT_SCHEMA)
-    save_policy(ts.start.policy, ts.start.tokenizer, args.out, prov, validation_record(result.final, ts.protocol))
     write_json(ts.initial, args.initial_out)
     write_results(args.metrics, result.final, ts.initial, round=args.round, kept=result.details["count/kept"])
     write_text(ei_report(args.run, rounds, result.details), args.report)
@@ -101,6 +103,8 @@ def main() -> None:
             n_completions=ts.start.logging.completions,
         )
     write_outputs(args, ts, rounds, result, provenance(name, params, inputs))
+    if not ts.main:
+        return
     clear_scratch(args.scratch)  # resume state is for crashes only: a later run may run other code
     write_run_record(args.record, name)
     kept, rollouts = result.details["count/kept"], result.details["count/rollouts"]

@@ -49,8 +49,10 @@ def main() -> None:
             snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
         )
     ts.save(args.out, result.final, params, inputs)
-    write_results(args.metrics, result.final, ts.initial, **result.details)
     ckpt.clear()
+    if not ts.main:  # rank 0 of a distributed run writes the results
+        return
+    write_results(args.metrics, result.final, ts.initial, **result.details)
     write_run_record(args.record, name, **timings(result.details))
     print(
         f"{name}: validation accuracy {result.final.metrics['eval/accuracy']:.3f} "

@@ -36,8 +36,10 @@ def main() -> None:
         )
     final = result.final
     ts.save(args.out, final, params, inputs)
-    write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
     ckpt.clear()
+    if not ts.main:  # rank 0 of a distributed run writes the results
+        return
+    write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
     write_run_record(args.record, name)
     print(
         f"{name}: {len(rows)} examples, validation accuracy {final.metrics['eval/accuracy']:.3f} "

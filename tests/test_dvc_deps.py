@@ -17,7 +17,7 @@ def _body(stage: dict) -> dict:
 
 
 def _script(body: dict) -> str:
-    return body["cmd"].split()[1]
+    return next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
 
 
 def test_each_stage_depends_on_exactly_the_modules_it_imports():

@@ -74,7 +74,8 @@ def _fill(body: dict, names: dict[str, str]) -> dict:
 
 def _with_code_deps(body: dict, code: dict[str, list[str]]) -> dict:
     """The script's a5core modules (`code`, from tools.stage_deps) inserted after the script, the first dep."""
-    script, deps = body["cmd"].split()[1], body["deps"]
+    script = next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
+    deps = body["deps"]
     if deps[0] != script:
         raise ValueError(f"the first dep of {script}'s stage must be the script itself, not {deps[0]}")
     return {**body, "deps": [script, *code[script], *deps[1:]]}

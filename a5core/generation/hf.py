@@ -90,8 +90,11 @@ class HFBackend:
         for start in range(0, len(order), per_batch):
             idx = order[start : start + per_batch]
             suffixes = [encoded[i][len(prefix) :] for i in idx for _ in range(sampling.n)]
+            first = sampling.index_offset  # prompt i's global index is first + i (a rank's block: a5core.distributed)
             streams = [
-                torch.Generator().manual_seed(request_seed(sampling.seed, i, j)) for i in idx for j in range(sampling.n)
+                torch.Generator().manual_seed(request_seed(sampling.seed, first + i, j))
+                for i in idx
+                for j in range(sampling.n)
             ]
             outs = self._generate_batch(suffixes, cache, len(prefix), sampling, device, streams)
             for j, i in enumerate(idx):

@@ -131,7 +131,7 @@ class VLLMBackend:
                 min_tokens=sampling.min_tokens,
                 stop=list(sampling.stop),
                 include_stop_str_in_output=True,
-                seed=_engine_seed(request_seed(sampling.seed, i)),
+                seed=_engine_seed(request_seed(sampling.seed, sampling.index_offset + i)),
                 logprobs=0,  # the sampled id's own log-prob (raw: untempered, as training sees it), for GRPO's TIS
             )
             for i in range(n_prompts)

@@ -1,0 +1,271 @@
+"""Data-parallel training on torch.distributed, the same code on a CPU (gloo) and on GPUs (nccl), under torchrun.
+
+- `DistributedConfig`, the `distributed` params section; dvc.yaml runs the training stages through a5core.launch,
+  which starts torchrun with it.
+  One process (`nproc: 1`, one node) starts no process group: today's single-process path, byte for byte.
+- Questions are split into contiguous blocks by global index (`block`); each request's seed comes from its global
+  index (SamplingConfig.index_offset), so the samples do not depend on the world size. Each rank generates and grades
+  its block, and the blocks are gathered in order (`gather`): every rank then holds the whole batch, so group
+  advantages, EI's filtering and validation metrics are the single process's.
+- An optimizer step keeps the single-process step's micro-batches and deals them out over ranks (`deal`). Each
+  micro-batch's loss is already its share of the whole step (a5core.compute.share), so gradients are *summed*:
+  - `ddp`: every rank holds the whole model; gradients are all-reduced in buckets once per optimizer step
+    (`reduce_gradients`). Why not torch's DistributedDataParallel wrapper: a micro-batch with a shared prompt prefix
+    runs two forwards (prefix, then the rest on its KV cache) before one backward, which DDP's reducer refuses.
+  - `fsdp2`: `fully_shard` per decoder layer, then the root; gradients reduce-scatter with divide factor 1 (a sum) in
+    every backward. Every forward all-gathers, so every rank runs the same number of micro-batches (`deal` pads the
+    short ranks with a repeat whose loss weight is 0). Generation and saving use a full copy of the weights on each
+    rank (`full_weights`), updated one `full_tensor()` at a time; checkpoints hold whole state dicts, so a run
+    resumes on any number of ranks.
+- Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
+  (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from a5core.config import Positive, Section
+
+BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per collective (DDP's default bucket size)
+
+
+@dataclass(frozen=True)
+class DistributedConfig(Section):
+    nproc: Positive = 1  # processes per node (torchrun --nproc-per-node): one per GPU; on a CPU, cores are shared out
+    nnodes: Positive = 1  # nodes (torchrun --nnodes); every node runs the same `dvc repro` command
+    strategy: Literal["ddp", "fsdp2"] = "ddp"  # ddp: a whole replica per rank; fsdp2: weights, grads, AdamW sharded
+    rdzv_endpoint: str = "localhost:0"  # host:port of node 0's rendezvous (torchrun --rdzv-endpoint); port 0: any free
+
+    def problems(self) -> list[str]:
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            return [f"rdzv_endpoint {self.rdzv_endpoint!r} must be host:port"]
+        if self.nnodes > 1 and (int(port) == 0 or host in ("localhost", "127.0.0.1")):
+            return ["nnodes > 1 needs rdzv_endpoint at node 0's address and a fixed port (e.g. node0:29400)"]
+        return []
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the run (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    strategy: str = "ddp"
+
+    @property
+    def sharded(self) -> bool:
+        return self.size > 1 and self.strategy == "fsdp2"
+
+
+_world = World()
+
+
+def world() -> World:
+    return _world
+
+
+def is_main() -> bool:
+    return _world.rank == 0
+
+
+def setup(cfg: DistributedConfig) -> World:
+    """Join torchrun's process group (cpu:gloo, cuda:nccl) when launched with more than one process; on one process,
+    nothing. A launch whose size disagrees with the section is an error (a stale command, or plain python)."""
+    global _world
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size != cfg.nproc * cfg.nnodes:
+        raise ValueError(
+            f"distributed: {size} process(es) running, but nproc x nnodes = {cfg.nproc * cfg.nnodes}; launch the "
+            "stage with `dvc repro` (its command runs torchrun with the section's values)"
+        )
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    _world = World(dist.get_rank() if size > 1 else 0, size, local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                   cfg.strategy)  # fmt: skip
+    if size > 1 and torch.cuda.is_available():
+        torch.cuda.set_device(local)
+    return _world
+
+
+def reset() -> None:
+    """Leave the process group and go back to one process (tests)."""
+    global _world, _full
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _world, _full = World(), None
+
+
+def device(default: torch.device) -> torch.device:
+    """This rank's device: cuda:<local rank> on GPUs, else `default`."""
+    return torch.device("cuda", _world.local_rank) if default.type == "cuda" else default
+
+
+def local_share(total: int) -> int:
+    """This node's `total` (CPU threads, grader workers) shared out over its processes (at least 1)."""
+    return max(1, total // _world.local_size)
+
+
+def block(n: int) -> range:
+    """This rank's contiguous share of n items by global index; the blocks, in rank order, are 0..n-1."""
+    return range(n * _world.rank // _world.size, n * (_world.rank + 1) // _world.size)
+
+
+def gather(local: list) -> list:
+    """Every rank's `local` list, concatenated in rank order, on every rank."""
+    if _world.size == 1:
+        return local
+    parts: list = [None] * _world.size
+    dist.all_gather_object(parts, local)
+    return [x for part in parts for x in part]
+
+
+def all_sum(values: dict[str, float]) -> dict[str, float]:
+    """Each key summed over ranks, in rank order (the same floats on every rank); a rank may lack a key."""
+    if _world.size == 1:
+        return values
+    parts: list = [None] * _world.size
+    dist.all_gather_object(parts, values)
+    return {k: sum(part.get(k, 0) for part in parts) for k in sorted({k for part in parts for k in part})}
+
+
+def deal(groups: list[list[int]]) -> list[tuple[list[int], float]]:
+    """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2,
+    ranks short of one repeat the step's first group with weight 0 (every forward is a collective)."""
+    mine = [(g, 1.0) for g in groups[_world.rank :: _world.size]]
+    if _world.sharded:
+        mine += [(groups[0], 0.0)] * (-(-len(groups) // _world.size) - len(mine))
+    return mine
+
+
+def reduce_gradients(model) -> None:
+    """ddp: sum every trainable parameter's gradient over ranks, in buckets (a rank that ran no micro-batch
+    contributes zeros). fsdp2 reduced them in backward; one process has nothing to do."""
+    if _world.size == 1 or _world.sharded:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    bucket: list[torch.Tensor] = []
+    for p in params:
+        if bucket and (
+            p.grad.dtype != bucket[0].dtype or sum(g.numel() * g.element_size() for g in bucket) > BUCKET_BYTES
+        ):
+            _all_reduce(bucket)
+            bucket = []
+        bucket.append(p.grad)
+    if bucket:
+        _all_reduce(bucket)
+
+
+def _all_reduce(grads: list[torch.Tensor]) -> None:
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of numels,)
+    dist.all_reduce(flat)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The transformer blocks of a transformers causal LM (each is one FSDP2 unit)."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"fsdp2: cannot find the decoder layers of {type(model).__name__}")
+    return layers
+
+
+def shard(model):
+    """fsdp2 (size > 1): `fully_shard` each decoder layer, then the root, on a 1-D mesh of every rank; gradients are
+    summed, not averaged (each micro-batch's loss is already its share of the step). Otherwise `model` unchanged."""
+    if not _world.sharded:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    global _full
+    _full = copy.deepcopy(model).eval()  # before sharding: whole tensors, refreshed by full_weights
+    mesh = init_device_mesh(next(model.parameters()).device.type, (_world.size,))
+    units = [*decoder_layers(model), model]
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
+    for unit in units:
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return model
+
+
+_full = None  # fsdp2: the full copy of the sharded policy (`shard`)
+
+
+@torch.no_grad()
+def full_weights(policy):
+    """The policy with whole tensors, for what must not be a collective: generation (ranks sample different prompts
+    for different lengths), saving. Under fsdp2 a copy made before sharding, refreshed here from the shards one
+    `full_tensor()` at a time (every rank calls it at the same point); elsewhere the policy itself."""
+    if _full is None:
+        return policy
+    mine = dict(_full.named_parameters())
+    for name, p in policy.named_parameters():
+        mine[name].copy_(p.full_tensor())
+    return _full
+
+
+class FullWeightsBackend:
+    """A generation backend that is synced from `full_weights(policy)` (fsdp2), otherwise the backend itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def sync_weights(self, policy) -> None:
+        self.inner.sync_weights(full_weights(policy))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def model_state(policy) -> dict:
+    """The policy's state dict with whole tensors (fsdp2: gathered to the CPU on every rank)."""
+    if not _world.sharded:
+        return policy.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def optimizer_state(policy, opt) -> dict:
+    """The optimizer's state dict, whole (fsdp2: keyed by parameter name, so any world size can load it)."""
+    if not _world.sharded:
+        return opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(policy, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_states(policy, opt, model: dict, optim: dict) -> None:
+    """`model_state` and `optimizer_state` back into the (possibly sharded) policy and its optimizer."""
+    if not _world.sharded:
+        policy.load_state_dict(model)
+        opt.load_state_dict(optim)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(policy, model, options=options)
+    set_optimizer_state_dict(policy, opt, optim, options=options)
+
+
+def barrier() -> None:
+    if _world.size > 1:
+        dist.barrier()

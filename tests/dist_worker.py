@@ -1,0 +1,144 @@
+"""One side of tests/test_distributed.py: GRPO and SFT optimizer steps (and the gathered old log-probs) on a tiny
+model, run as one plain process or under `torchrun --nproc-per-node 2`; rank 0 saves what the test compares.
+
+    python tests/dist_worker.py --out ref.pt
+    python -m torch.distributed.run --nproc-per-node 2 tests/dist_worker.py --strategy fsdp2 --out fsdp2.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+
+import torch
+
+from a5core import autocast, compute, distributed
+from a5core.distributed import DistributedConfig
+from a5core.grpo import GRPOConfig
+from a5core.grpo_update import old_log_probs_for, optimizer_step
+from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
+from a5core.model_io import build_tiny_model
+from a5core.records import RolloutBatch
+from a5core.sft import SFTConfig, sft_step
+
+SFT_ROWS = [
+    ("What is 2 + 3?", " 5. </think> <answer>5</answer>"),
+    ("Solve x + 1 = 4 for x, showing every step.", " x = 3. </think> <answer>3</answer>"),
+    ("7 * 6?", " 42 </think> <answer>42</answer>"),
+    ("Compute 5 - 2.", " 3. </think> <answer>3</answer>"),
+    ("Compute 100 / 4 and explain.", " 25"),
+]
+
+
+def rollouts(tok, n: int = 6) -> RolloutBatch:
+    """n rollouts of very different lengths, nonzero advantages, off-policy old log-probs (some ratios clipped)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [tok(f"Q{i}: what is {i} * {i + 3}?", add_special_tokens=False)["input_ids"] for i in range(n)]
+    outputs = [torch.randint(5, tok.vocab_size, (1 + (i * 13) % 40,), generator=g).tolist() for i in range(n)]
+    batch = RolloutBatch(prompts, outputs, torch.tensor([1.0, 0, 0, 1, 1, 0][:n]), torch.randn(n, generator=g), 0)
+    batch.old_log_probs = [-3.0 + 0.3 * torch.randn(len(p) + len(o) - 1, generator=g) for p, o in zip(prompts, outputs)]
+    return batch
+
+
+def fresh(model):
+    m = distributed.shard(_copy(model).train())
+    return m
+
+
+def _copy(model):
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()  # a DTensor under fsdp2
+
+
+def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool) -> dict:
+    """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights."""
+    cfg = GRPOConfig(
+        loss_type=loss_type, length_normalization=norm, normalize_constant=40.0, rollout_batch_size=6, group_size=3,
+        train_batch_size=6, gradient_accumulation_steps=k, max_grad_norm=1e-3,
+    )  # fmt: skip
+    m = fresh(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3) if adam else torch.optim.SGD(m.parameters(), lr=1.0)
+    grads: list[torch.Tensor] = []
+    step = opt.step
+    opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
+    row = optimizer_step(m, opt, cfg, list(range(6)), rollouts(tok), torch.device("cpu"))
+    return {"grad": torch.cat([g.flatten() for g in grads]), "weights": flat_weights(m), "row": row}
+
+
+def flat_weights(m) -> torch.Tensor:
+    return torch.cat([whole(p).flatten() for p in m.parameters()])
+
+
+def sft_case(model, tok, norm: str, micro: int) -> dict:
+    m = fresh(model)
+    ex = [
+        (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
+        for p, r in SFT_ROWS
+    ]
+    stats = sft_step(
+        m, ex, SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm), 0, torch.device("cpu")
+    )
+    return {"grad": torch.cat([whole(p.grad).flatten() for p in m.parameters()]), "stats": stats}
+
+
+def rollout_case(model, tok) -> list[tuple]:
+    """Graded samples of 5 questions x 2 (the hf backend on the whole model, as FullWeightsBackend gives it)."""
+    from a5core.config import SamplingConfig
+    from a5core.data.synthetic import generate
+    from a5core.evaluation import generate_and_grade
+    from a5core.generation.hf import HFBackend
+    from a5core.grader.pool import GraderPool
+
+    rows = generate(5, 10, 5, 0.3, 1)["train"][:5]
+    with GraderPool("a5core.grader:r1_zero_reward_fn", 1, 10.0) as pool:
+        samples = generate_and_grade(
+            HFBackend(model, tok, batch_size=3), rows, "r1_zero", SamplingConfig(max_tokens=12, n=2, seed=3), pool,
+            progress=False,
+        )  # fmt: skip
+    return [(s.unique_id, s.sample_index, s.token_ids, s.response, s.reward) for s in samples]
+
+
+def timeout_case() -> list[str]:
+    """Rank 1's answer never finishes grading; its pool times it out and the gather after it completes on both."""
+    from a5core.grader.pool import GraderPool
+
+    with GraderPool("tests.slow_grader:slow_reward", 1, 2.0) as pool:
+        mine = pool.map(["sleep" if distributed.world().rank == 1 else "fast"], ["1"])
+    return [g["status"] for g in distributed.gather(mine)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--strategy", default="ddp")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    autocast.configure("off", quiet=True)
+    compute.reset()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    distributed.setup(DistributedConfig(nproc=world, strategy=args.strategy))
+    model, tok = build_tiny_model(seed=0)
+    out: dict = {"world": world}
+    for loss_type, norm in itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS)):
+        out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, loss_type, norm, k=3, adam=False)
+    out["grpo/one_micro_batch"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=1, adam=False)
+    out["grpo/adamw"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True)
+    for norm in ("token_mean", "per_example"):
+        out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
+    m = fresh(model)
+    out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
+    out["rollouts"] = rollout_case(model.eval(), tok)
+    out["timeouts"] = timeout_case()
+    if distributed.is_main():
+        torch.save(out, args.out)
+    distributed.reset()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""1 process against 2 (torchrun, gloo) under ddp and fsdp2: the same gradients, update, logged metrics, old
+log-probs and gathered rollouts (tests/dist_worker.py runs each side; ~60 s in all on 2 cores)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from a5core.distributed import DistributedConfig
+from a5core.launch import command, params_path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = "tests/dist_worker.py"
+
+
+def _run(argv: list[str], out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "A5_THREADS": "1"}
+    proc = subprocess.run(argv + ["--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("dist")
+    out = {"single": _run([sys.executable, WORKER], tmp / "single.pt")}
+    for strategy in ("ddp", "fsdp2"):
+        argv = command(DistributedConfig(nproc=2, strategy=strategy), [WORKER, "--strategy", strategy])
+        out[strategy] = _run(argv, tmp / f"{strategy}.pt")
+    return out
+
+
+STEP_CASES = [
+    *(
+        f"grpo/{loss}/{norm}"
+        for loss in ("grpo_clip", "grpo_no_clip", "no_baseline", "reinforce_with_baseline")
+        for norm in ("masked_mean", "masked_normalize", "token_mean")
+    ),  # fmt: skip
+    "grpo/one_micro_batch",  # one micro-batch for two ranks: rank 1 contributes zeros (ddp) or a weight-0 repeat
+    "grpo/adamw",
+    "sft/token_mean",  # 3 micro-batches over 2 ranks
+    "sft/per_example",
+]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_ranks_take_the_single_process_optimizer_step(runs, strategy):
+    ref, got = runs["single"], runs[strategy]
+    assert ref["world"] == 1 and got["world"] == 2
+    for case in STEP_CASES:
+        r, g = ref[case], got[case]
+        scale = float(r["grad"].abs().max())
+        assert torch.allclose(g["grad"], r["grad"], rtol=1e-5, atol=1e-5 * scale), case
+        if "weights" in r:  # the clipped update (max_grad_norm 1e-3 clips every case: grad_norm > 1e-3)
+            assert r["row"]["train/grad_norm"] > 1e-3, case
+            assert torch.allclose(g["weights"], r["weights"], rtol=0, atol=1e-7), case
+        rows = (r.get("row") or r["stats"], g.get("row") or g["stats"])
+        for key in rows[0]:
+            if not key.startswith("perf/"):  # every logged quantity is global, not rank 0's share
+                assert rows[1][key] == pytest.approx(rows[0][key], rel=1e-5, abs=1e-9), (case, key)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, strategy):
+    ref, got = runs["single"], runs[strategy]
+    assert all(torch.equal(a, b) for a, b in zip(ref["old_log_probs"], got["old_log_probs"]))
+    assert got["rollouts"] == ref["rollouts"]  # ids, sample index, token ids, text, reward: in the same order
+    assert len({r[0] for r in ref["rollouts"]}) == 5
+
+
+def test_a_grader_timeout_on_one_rank_does_not_hold_up_the_other(runs):
+    assert runs["ddp"]["timeouts"] == ["custom", "timeout"] and runs["single"]["timeouts"] == ["custom"]
+
+
+def test_the_launcher_runs_one_process_in_place_and_n_under_torchrun():
+    script = ["stages/grpo.py", "--run", "x", "--params", "p.yaml"]
+    assert command(DistributedConfig(), script) == [sys.executable, *script]
+    multi = command(DistributedConfig(nproc=4, nnodes=2, rdzv_endpoint="node0:29400"), script)
+    assert multi[1:3] == ["-m", "torch.distributed.run"] and multi[-len(script) :] == script
+    assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-endpoint=node0:29400"} <= set(multi)
+    assert params_path(script) == "p.yaml" and params_path(script[:3]) == "params.yaml"
+
+
+def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
+    assert DistributedConfig(nnodes=2).problems()
+    assert DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:0").problems()
+    assert DistributedConfig(rdzv_endpoint="nohost").problems()
+    assert not DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:29400").problems()
