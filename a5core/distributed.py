@@ -236,7 +236,7 @@ class FullWeightsBackend:
 
 
 def model_state(policy) -> dict:
-    """The policy's state dict with whole tensors (fsdp2: gathered to the CPU on every rank)."""
+    """The policy's state dict with whole tensors (fsdp2: gathered to rank 0's CPU; the other ranks get {})."""
     if not _world.sharded:
         return policy.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -261,9 +261,15 @@ def load_states(policy, opt, model: dict, optim: dict) -> None:
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
-    options = StateDictOptions(full_state_dict=True)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)  # rank 0's copy, re-sharded
     set_model_state_dict(policy, model, options=options)
     set_optimizer_state_dict(policy, opt, optim, options=options)
+
+
+def inference():
+    """A no-grad context for forwards of the policy: inference_mode, but no_grad under fsdp2, whose all-gather
+    buffers are reused by the training forwards (which may not write into an inference tensor)."""
+    return torch.no_grad() if _world.sharded else torch.inference_mode()
 
 
 def barrier() -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-import torch
-
 from a5core import distributed
 from a5core.config import EvalConfig, SamplingConfig
 from a5core.generation.base import Backend
@@ -50,7 +48,7 @@ def generate_and_grade(
 ) -> list[GradedSample]:
     """One GradedSample per (row, sample), in row order. On N ranks each generates and grades its block of rows
     (seeded by global index) and every rank returns them all (a5core.distributed)."""
-    mine = distributed.block(len(rows))
+    mine, progress = distributed.block(len(rows)), progress and distributed.is_main()  # rank 0's bars only
     rows, sampling = rows[mine.start : mine.stop], replace(sampling, index_offset=sampling.index_offset + mine.start)
     prompts = [build_prompt(r["problem"], prompt) for r in rows]
     completions = backend.generate(prompts, sampling, progress=progress) if rows else []
@@ -183,7 +181,6 @@ def response_entropies(policy, tokenizer, samples: list[GradedSample], limit: in
     return out
 
 
-@torch.inference_mode()
 def forward_entropies(policy, tokenizer, samples: list[GradedSample], batch_size: int = 16) -> list[float]:
     """Mean next-token entropy over each sample's response tokens, by a teacher-forced forward pass."""
     from a5core.logprobs import get_response_log_probs
@@ -196,13 +193,14 @@ def forward_entropies(policy, tokenizer, samples: list[GradedSample], batch_size
         chunk = samples[i : i + batch_size]
         prompt_ids = [tokenizer(s.prompt, add_special_tokens=False)["input_ids"] for s in chunk]
         batch = tokenize_ids(prompt_ids, [list(s.token_ids) or [pad] for s in chunk], pad)
-        ent = get_response_log_probs(
-            policy,
-            batch["input_ids"].to(device),
-            batch["labels"].to(device),
-            return_token_entropy=True,
-            share_prefix=True,
-        )["token_entropy"]  # (b, T)
+        with distributed.inference():
+            ent = get_response_log_probs(
+                policy,
+                batch["input_ids"].to(device),
+                batch["labels"].to(device),
+                return_token_entropy=True,
+                share_prefix=True,
+            )["token_entropy"]  # (b, T)
         mask = batch["response_mask"].to(device).float()  # (b, T)
         out.extend(((ent * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist())
     return out

@@ -59,14 +59,13 @@ def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[l
     return [[idx[j] for j in group] for group in compute.micro_batches(lengths, count)]
 
 
-@torch.inference_mode()
 def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:
     """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph); on N ranks each
     computes its share of the micro-batches and every rank gets them all."""
     mine: list[tuple[int, torch.Tensor]] = []
     for idx, weight in distributed.deal(_micro_batches(rollouts, list(range(len(rollouts))), micro)):
         b = _batch(rollouts, idx, device)
-        with autocast_context(policy):
+        with distributed.inference(), autocast_context(policy):
             lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
                 "log_probs"
             ]  # (b, T)

@@ -30,6 +30,7 @@ def command(cfg: DistributedConfig, script: list[str]) -> list[str]:
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={cfg.rdzv_endpoint}",
         f"--rdzv-id={Path(script[0]).stem}",  # the same id on every node, distinct per stage
+        "--",  # the script's own flags follow (torchrun would take --run for its --run-path)
         *script,
     ]
 

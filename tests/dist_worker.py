@@ -8,6 +8,7 @@ model, run as one plain process or under `torchrun --nproc-per-node 2`; rank 0 s
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import os
 
@@ -57,7 +58,9 @@ def whole(t: torch.Tensor) -> torch.Tensor:
 
 
 def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool) -> dict:
-    """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights."""
+    """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights.
+    With `adam`, the step follows an old-log-prob pass, as in a GRPO step (under fsdp2 a no-grad forward must leave
+    buffers the training forward can use)."""
     cfg = GRPOConfig(
         loss_type=loss_type, length_normalization=norm, normalize_constant=40.0, rollout_batch_size=6, group_size=3,
         train_batch_size=6, gradient_accumulation_steps=k, max_grad_norm=1e-3,
@@ -67,6 +70,8 @@ def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool) -> dict
     grads: list[torch.Tensor] = []
     step = opt.step
     opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
+    if adam:
+        old_log_probs_for(m, rollouts(tok), 2, torch.device("cpu"))
     row = optimizer_step(m, opt, cfg, list(range(6)), rollouts(tok), torch.device("cpu"))
     return {"grad": torch.cat([g.flatten() for g in grads]), "weights": flat_weights(m), "row": row}
 
@@ -85,6 +90,27 @@ def sft_case(model, tok, norm: str, micro: int) -> dict:
         m, ex, SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm), 0, torch.device("cpu")
     )
     return {"grad": torch.cat([whole(p.grad).flatten() for p in m.parameters()]), "stats": stats}
+
+
+def resume_case(model, tok) -> dict:
+    """Two AdamW steps straight, and the second again after a round trip of both state dicts through a file (the
+    checkpoint's whole tensors: fsdp2 gathers and re-shards them)."""
+    cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
+    batch, cpu = rollouts(tok), torch.device("cpu")
+    m = fresh(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    saved = {"model": distributed.model_state(m), "optim": distributed.optimizer_state(m, opt)}
+    buffer = io.BytesIO()  # through bytes, as a checkpoint file (a state dict shares the live tensors)
+    torch.save(saved, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    m2 = fresh(model)
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
+    distributed.load_states(m2, opt2, saved["model"], saved["optim"])
+    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
+    return {"straight": flat_weights(m), "resumed": flat_weights(m2)}
 
 
 def rollout_case(model, tok) -> list[tuple]:
@@ -133,6 +159,7 @@ def main() -> None:
         out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
     m = fresh(model)
     out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
+    out["resume"] = resume_case(model, tok)
     out["rollouts"] = rollout_case(model.eval(), tok)
     out["timeouts"] = timeout_case()
     if distributed.is_main():
