@@ -166,6 +166,28 @@ def reward_fn_problems(params: dict) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def distributed_problems(params: dict) -> list[str]:
+    """What N ranks cannot run (a5core/distributed.py): a second engine GPU per rank, and under fsdp2 what needs whole
+    tensors on the policy itself (LoRA, the chunked LM head, torchao's optimizers, the KL reference copy)."""
+    cfg, model, gen = params.get("distributed") or {}, params.get("model") or {}, params.get("generation") or {}
+    world = cfg.get("nproc", 1) * cfg.get("nnodes", 1)
+    if world == 1:
+        return []
+    found = []
+    if gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu":
+        found.append("distributed: on N ranks each rank's vLLM engine shares its GPU; set generation.layout: one_gpu")
+    if cfg.get("strategy") == "fsdp2":
+        runs = [{**(params.get("grpo") or {}), **(o or {})} for o in (params.get("grpo_runs") or {}).values()]
+        blocked = {
+            "model.lora_rank": model.get("lora_rank"),
+            "model.logits_chunk": model.get("logits_chunk"),
+            "model.weight_update other than nearest": model.get("weight_update", "nearest") != "nearest",
+            "grpo kl_coef": any(r.get("kl_coef") for r in runs),
+        }
+        found += [f"distributed.strategy fsdp2 runs without {name} (use ddp)" for name, on in blocked.items() if on]
+    return found
+
+
 def problems(params: dict, path: str | Path) -> list[str]:
     """Every problem of what `params` (read from `path`) points at. Files and folders are checked only for a
     project's params file (a dvc.yaml beside it): a profile in conf/profile/ may name data not fetched yet."""
@@ -175,4 +197,5 @@ def problems(params: dict, path: str | Path) -> list[str]:
         *(data_source_problems(params.get("data")) if in_project else []),
         *(init_policy_problems(params, root) if in_project else []),
         *reward_fn_problems(params),
+        *distributed_problems(params),
     ]

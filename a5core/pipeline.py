@@ -89,8 +89,6 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     compute.prepare(policy)
-    if distributed.world().sharded and (model.lora_rank or model.logits_chunk or model.weight_update != "nearest"):
-        raise ValueError("distributed.strategy fsdp2 runs without model.lora_rank, logits_chunk and stochastic_round")
     policy = distributed.shard(policy)  # fsdp2 on N ranks; else unchanged
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),

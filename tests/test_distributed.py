@@ -99,3 +99,19 @@ def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
     assert DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:0").problems()
     assert DistributedConfig(rdzv_endpoint="nohost").problems()
     assert not DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:29400").problems()
+
+
+def test_what_n_ranks_cannot_run_is_refused_before_any_work():
+    from a5core.inputs import distributed_problems
+
+    base = {"distributed": {"nproc": 2, "nnodes": 1, "strategy": "fsdp2"}, "model": {"weight_update": "nearest"}}
+    assert distributed_problems(base) == []
+    assert distributed_problems({**base, "model": {"lora_rank": 8}}) == [
+        "distributed.strategy fsdp2 runs without model.lora_rank (use ddp)"
+    ]
+    kl = {**base, "grpo": {"kl_coef": 0.0}, "grpo_runs": {"a": {"kl_coef": 0.1}}}
+    assert "distributed.strategy fsdp2 runs without grpo kl_coef (use ddp)" in distributed_problems(kl)
+    engines = {**base, "generation": {"backend": "vllm", "layout": "two_gpu"}}
+    assert any("one_gpu" in p for p in distributed_problems(engines))
+    single = {**engines, "distributed": {"nproc": 1, "nnodes": 1, "strategy": "fsdp2"}, "model": {"lora_rank": 8}}
+    assert distributed_problems(single) == []  # one process: today's path, whatever the strategy says

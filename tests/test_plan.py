@@ -154,3 +154,26 @@ def test_auto_picks_the_largest_micro_batch_that_fits_and_a_number_is_kept(tmp_p
 def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
     lines, fits = plan.report(_full(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
     assert not fits and "model.logits_chunk" in lines[-1]
+
+
+def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_and_the_whole_copy():
+    one, eight = (plan.training_memory(QWEN, "bfloat16", 2, 1324, shards=n) for n in (1, 8))
+    for key in ("weights", "gradients", "adamw_moments"):
+        assert eight[key] == pytest.approx(one[key] / 8)
+    layer = 46_797_824 * 2 / 1024**3  # one decoder layer in bf16 (the parameter count above)
+    assert eight["fsdp2: 2 gathered layers"] == pytest.approx(2 * layer)
+    assert eight["fsdp2: whole-weights copy"] == pytest.approx(one["weights"])  # generation and saving
+    assert eight["activations"] == one["activations"] and "fsdp2: whole-weights copy" not in one
+    rows = {tuple(line.split(" | ")[:3]): line for line in plan.scaling(80)[2:]}
+    assert rows[("| Qwen2.5-Math-7B", "8", "fsdp2")].split(" | ")[5] == "yes"  # 7B trains on 8 x 80 GB sharded
+    assert rows[("| Qwen2.5-Math-7B", "8", "ddp")].split(" | ")[5] == "no"  # but not as 8 replicas
+
+
+def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path):
+    sharded = _full(tmp_path, distributed__nproc=8, distributed__strategy="fsdp2", generation__layout="one_gpu")
+    sharded.write_text(sharded.read_text().replace("gpu_memory_utilization: 0.85", "gpu_memory_utilization: 0.5"))
+    lines, fits = plan.report(sharded, 80, tmp_path / "no-model")
+    assert fits and "distributed: 8 rank(s), fsdp2; every number is per GPU" in lines
+    assert any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)
+    lines, fits = plan.report(_full(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model")  # two_gpu, vllm
+    assert not fits and any("layout one_gpu" in line for line in lines)
