@@ -110,15 +110,17 @@ def _micro_step(
         normalize_constant=cfg.normalize_constant,
         **terms,
     )
-    tokens = int(mask.sum()) * weight
+    if not weight:  # a fsdp2 rank's repeat: nothing to log
+        return {}
+    tokens = int(mask.sum())
     return {
         "loss": float(loss),
         "clip": float(meta["clip_fraction"]) * tokens,
-        "entropy": float((out["token_entropy"].detach() * mask).sum()) * weight,
+        "entropy": float((out["token_entropy"].detach() * mask).sum()),
         "tokens": tokens,
-        "cells": compute.cost(b["lengths"], compute.settings().pack_sequences) * weight,  # positions computed
-        "real": sum(b["lengths"]) * weight,  # of which real (not padding)
-        **{f"option/{name}": float((per_token * mask).sum()) * weight for name, per_token in option_terms.items()},
+        "cells": compute.cost(b["lengths"], compute.settings().pack_sequences),  # positions the forward computed
+        "real": sum(b["lengths"]),  # of which real (not padding)
+        **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
     }
 
 

@@ -107,11 +107,13 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
             k, constant = (compute.share(len(batch), len(idx)) / weight if weight else math.inf), cfg.normalize_constant
         loss, _ = sft_microbatch_train_step(out["log_probs"], mask, k, constant)
         stats["loss"] += float(loss)
-        stats["entropy_sum"] += float((out["token_entropy"] * mask).sum()) * weight
-        stats["tokens"] += int(mask.sum()) * weight
+        if not weight:  # a fsdp2 rank's repeat: its forward and backward only keep the collectives in step
+            continue
+        stats["entropy_sum"] += float((out["token_entropy"] * mask).sum())
+        stats["tokens"] += int(mask.sum())
         cells = compute.cost(lengths, compute.settings().pack_sequences)  # positions the forward computed
-        stats["padded"] += (cells - sum(lengths)) * weight
-        stats["cells"] += cells * weight
+        stats["padded"] += cells - sum(lengths)
+        stats["cells"] += cells
     distributed.reduce_gradients(policy)
     return distributed.all_sum(stats)
 

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from a5core import lora
+from a5core import distributed, lora
 from a5core.config import GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
 from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
@@ -50,14 +50,23 @@ def _keep_torch_threads():
 
 
 def engine_device(cfg: GenerationConfig, cuda_devices: int) -> int | None:
-    """The index of the engine's GPU (None on the CPU): the second one for two_gpu, else the first."""
+    """The index of the engine's GPU (None on the CPU): the second one for two_gpu, else the first; on N ranks
+    (one_gpu only) this rank's own GPU."""
     if cuda_devices == 0:
         return None
-    return 1 if cfg.layout == "two_gpu" else 0
+    return 1 if cfg.layout == "two_gpu" else distributed.world().local_rank
 
 
 def engine_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices: int) -> dict:
     """LLM(...) arguments for the configured layout and device."""
+    # On N ranks every rank builds its own engine for its own prompts (TRL's colocate mode): vLLM's external_launcher
+    # takes the rank and its device from torchrun's environment (the default executor would put every engine on
+    # cuda:0). Tried on the CPU build: two ranks each generate their own prompts (reports/distributed.md).
+    ranks = {"distributed_executor_backend": "external_launcher"} if distributed.world().size > 1 else {}
+    return {**_device_kwargs(cfg, policy_dtype, cuda_devices), **ranks}
+
+
+def _device_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_devices: int) -> dict:
     if cuda_devices == 0:
         dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(policy_dtype, "float32")
         # no chunked prefill: a seeded request whose prompt is split across steps makes the CPU build rewind its
@@ -111,8 +120,8 @@ class VLLMBackend:
         self.device = engine_device(cfg, torch.cuda.device_count())
         with _keep_torch_threads():
             self.llm = vllm.LLM(model=model_path, seed=_engine_seed(seed), enable_prefix_caching=True, **kwargs)
-        if torch.cuda.is_available():
-            torch.cuda.set_device(0)  # building the engine on cuda:1 made it the process's current device
+        if torch.cuda.is_available():  # building the engine on cuda:1 made it the process's current device
+            torch.cuda.set_device(distributed.world().local_rank)
         if self.tokenizer is None:  # the engine's own, loaded from the same folder
             self.tokenizer = self.llm.get_tokenizer()
         self.layout = "cpu" if self.device is None else cfg.layout  # what the exact check requires depends on it
