@@ -139,11 +139,27 @@ def timeout_case() -> list[str]:
     return [g["status"] for g in distributed.gather(mine)]
 
 
+def compare(ref_path: str, got_path: str) -> None:
+    """Print the largest differences of a run from the single process's (reports/distributed.md's table)."""
+    ref, got = (torch.load(p, weights_only=False) for p in (ref_path, got_path))
+    for case in [k for k in ref if k.startswith(("grpo/", "sft/"))]:
+        r, g = ref[case], got[case]
+        line = f"{case}: grad {float((r['grad'] - g['grad']).abs().max()):.2e} (max {float(r['grad'].abs().max()):.2e})"
+        if "weights" in r:
+            line += f", weights {float((r['weights'] - g['weights']).abs().max()):.2e}"
+        print(line)
+    print("old_log_probs:", max(float((a - b).abs().max()) for a, b in zip(ref["old_log_probs"], got["old_log_probs"])))
+    print("rollouts equal:", ref["rollouts"] == got["rollouts"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--compare", nargs=2, metavar=("SINGLE", "OTHER"))
     args = parser.parse_args()
+    if args.compare:
+        return compare(*args.compare)
     torch.set_num_threads(1)
     autocast.configure("off", quiet=True)
     compute.reset()
