@@ -102,14 +102,21 @@ def _sft_cmd(run: str, out: str) -> list[str]:
     ]
 
 
-@pytest.mark.slow
-def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
+def kill_repo(tmp_path: Path, nproc: int = 1) -> tuple[Path, dict, dict]:
+    """A smoke repo with the baseline run and kill.yaml: SFT of 24 steps on `nproc` processes, a checkpoint after
+    each (time to kill in the middle). Returns (repo, those params, the environment to run its stages in)."""
     work, run = scratch_repo(tmp_path, "smoke")
     ok(run("dvc", "repro", "baseline_eval"))
     params = yaml.safe_load((work / "params.yaml").read_text())
-    params["sft"].update(epochs=8, eval_every=0, checkpoint_every=1)  # 24 steps: time to kill in the middle
+    params["sft"].update(epochs=8, eval_every=0, checkpoint_every=1)
+    params["distributed"]["nproc"] = nproc
     (work / "kill.yaml").write_text(yaml.safe_dump(params))
-    env = {**os.environ, "PYTHONPATH": str(work)}
+    return work, params, {**os.environ, "PYTHONPATH": str(work)}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
+    work, _, env = kill_repo(tmp_path)
     ok(subprocess.run(_sft_cmd("ref", "ref"), cwd=work, env=env, capture_output=True, text=True))
     proc = subprocess.Popen(
         _sft_cmd("killed", "killed"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

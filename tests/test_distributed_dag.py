@@ -17,7 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from tests.test_checkpoint import _sft_cmd
+from tests.test_checkpoint import _sft_cmd, kill_repo
 from tests.test_smoke_dag import ok, ran_stages, scratch_repo, tree_digest
 
 
@@ -63,13 +63,7 @@ def _launch(cmd: list[str]) -> list[str]:
 
 @pytest.mark.slow
 def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
-    work, run = scratch_repo(tmp_path, "smoke")
-    ok(run("dvc", "repro", "baseline_eval"))
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["sft"].update(epochs=8, eval_every=0, checkpoint_every=1)  # 24 steps: time to kill in the middle
-    params["distributed"]["nproc"] = 2
-    (work / "kill.yaml").write_text(yaml.safe_dump(params))
-    env = {**os.environ, "PYTHONPATH": str(work)}
+    work, params, env = kill_repo(tmp_path, nproc=2)
 
     def stage(name: str, params_file: str = "kill.yaml") -> subprocess.CompletedProcess:
         cmd = _launch(_sft_cmd(name, name))
