@@ -61,21 +61,28 @@ class Checkpointer:
         distributed.barrier()
 
     def load(self) -> dict | None:
-        """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning)."""
+        """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning). On N ranks
+        every rank reads it, they agree on whether it was readable, and rank 0 alone moves it aside."""
         for name in ("state", "state.old"):  # state.old exists only if a kill hit between the two renames
             path = self.folder / name / "state.pt"
-            if not path.exists():
+            if not distributed.any_rank(path.exists()):
                 continue
             try:
-                return torch.load(path, weights_only=True, map_location="cpu")
-            except Exception as err:  # any unreadable file means: do not resume from it
+                state, err = torch.load(path, weights_only=True, map_location="cpu"), None
+            except Exception as caught:  # any unreadable file means: do not resume from it
+                state, err = None, caught
+            if not distributed.any_rank(err is not None):
+                return state
+            if distributed.is_main():
                 aside = self.folder / f"{name}.corrupt-{int(time.time())}"
                 path.parent.rename(aside)
+                why = f"{type(err).__name__}: {str(err)[:200]}" if err else "unreadable on another rank"
                 print(
-                    f"WARNING: {path} could not be loaded ({type(err).__name__}: {str(err)[:200]}); moved to {aside}. "
+                    f"WARNING: {path} could not be loaded ({why}); moved to {aside}. "
                     "Starting from the previous state or from scratch.",
                     file=sys.stderr,
                 )
+            distributed.barrier()
         return None
 
     def due(self, step: int) -> bool:

@@ -139,6 +139,11 @@ def all_sum(values: dict[str, float]) -> dict[str, float]:
     return {k: sum(part.get(k, 0) for part in parts) for k in sorted({k for part in parts for k in part})}
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is true on any rank: a decision every rank takes the same way (a rank's own clock may not)."""
+    return bool(flag) if _world.size == 1 else all_sum({"flag": int(flag)})["flag"] > 0
+
+
 def deal(groups: list[list[int]]) -> list[tuple[list[int], float]]:
     """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2,
     ranks short of one repeat the step's first group with weight 0 (every forward is a collective)."""
@@ -149,11 +154,14 @@ def deal(groups: list[list[int]]) -> list[tuple[list[int], float]]:
 
 
 def reduce_gradients(model) -> None:
-    """ddp: sum every trainable parameter's gradient over ranks, in buckets (a rank that ran no micro-batch
-    contributes zeros). fsdp2 reduced them in backward; one process has nothing to do."""
+    """ddp: sum every used parameter's gradient over ranks, in buckets (a rank that ran no micro-batch contributes
+    zeros). fsdp2 reduced them in backward; one process has nothing to do."""
     if _world.size == 1 or _world.sharded:
         return
     params = [p for p in model.parameters() if p.requires_grad]
+    used = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)  # (P,)
+    dist.all_reduce(used)  # a parameter no rank used keeps grad None, as on one process (AdamW skips it)
+    params = [p for p, n in zip(params, used.tolist()) if n]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)

@@ -20,6 +20,7 @@ from typing import Annotated, Callable
 
 import torch
 
+from a5core import distributed
 from a5core.checkpoint import Checkpointer
 from a5core.config import (
     Bound,
@@ -164,7 +165,8 @@ class Run:
         return time.monotonic() - self.t_start
 
     def over_budget(self) -> bool:
-        return bool(self.cfg.time_budget_s) and self.wall() >= self.cfg.time_budget_s
+        """Past the wall-clock budget: on N ranks, on any of them (every rank must stop at the same step)."""
+        return bool(self.cfg.time_budget_s) and distributed.any_rank(self.wall() >= self.cfg.time_budget_s)
 
 
 @dataclass

@@ -69,7 +69,7 @@ def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> lis
             lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
                 "log_probs"
             ]  # (b, T)
-        mine += [(i, lp[j].clone()) for j, i in enumerate(idx)] if weight else []
+        mine += [(i, lp[j].cpu()) for j, i in enumerate(idx)] if weight else []  # gathered through the CPU
     out = dict(distributed.gather(mine))
     return [out[i].to(device) for i in range(len(rollouts))]
 

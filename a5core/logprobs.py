@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from a5core import compute
+from a5core import compute, distributed
 
 
 def compute_entropy(logits: Tensor) -> Tensor:
@@ -61,6 +61,8 @@ def _forward(model, input_ids: Tensor, share_prefix: bool, key: str, positions=N
     b, t = input_ids.shape
     if positions is not None:
         return [(getattr(model(input_ids=input_ids, position_ids=positions, use_cache=False), key), slice(0, t))]
+    # under fsdp2 every forward is a collective: a shared prefix would make the number of forwards depend on the data
+    share_prefix = share_prefix and not distributed.world().sharded
     p = shared_prefix_length(input_ids) if share_prefix and b > 1 else 0
     if p < MIN_SHARED_PREFIX:
         return [(getattr(model(input_ids=input_ids), key), slice(0, t))]  # (B, T, V or H)

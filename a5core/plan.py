@@ -323,8 +323,9 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
         *[f"  {k:<34}{v:8.1f} GB" for k, v in disk.items()],
         f"  {'total':<34}{sum(disk.values()):8.1f} GB; free here: {free:.1f} GB",
     ]
-    world = params["distributed"]["nproc"] * params["distributed"]["nnodes"]
-    lines.insert(2, f"distributed: {world} rank(s), {params['distributed']['strategy']}; every number is per GPU")
+    ranks = {"nproc": 1, "nnodes": 1, "strategy": "ddp", **(params.get("distributed") or {})}  # section defaults
+    world = ranks["nproc"] * ranks["nnodes"]
+    lines.insert(2, f"distributed: {world} rank(s), {ranks['strategy']}; every number is per GPU")
     two_gpu_ranks = world > 1 and gen.backend == "vllm" and gen.layout == "two_gpu"
     if two_gpu_ranks:
         lines.append("Refused: on N ranks each rank's engine shares its GPU: set generation.layout one_gpu")

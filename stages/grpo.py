@@ -49,10 +49,11 @@ def main() -> None:
             snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
         )
     ts.save(args.out, result.final, params, inputs)
-    ckpt.clear()
-    if not ts.main:  # rank 0 of a distributed run writes the results
+    if ts.main:  # rank 0 of a distributed run writes the results
+        write_results(args.metrics, result.final, ts.initial, **result.details)
+    ckpt.clear()  # after the results: a kill before it resumes instead of training again
+    if not ts.main:
         return
-    write_results(args.metrics, result.final, ts.initial, **result.details)
     write_run_record(args.record, name, **timings(result.details))
     print(
         f"{name}: validation accuracy {result.final.metrics['eval/accuracy']:.3f} "

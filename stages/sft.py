@@ -36,10 +36,11 @@ def main() -> None:
         )
     final = result.final
     ts.save(args.out, final, params, inputs)
-    ckpt.clear()
-    if not ts.main:  # rank 0 of a distributed run writes the results
+    if ts.main:  # rank 0 of a distributed run writes the results
+        write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
+    ckpt.clear()  # after the results: a kill before it resumes instead of training again
+    if not ts.main:
         return
-    write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
     write_run_record(args.record, name)
     print(
         f"{name}: {len(rows)} examples, validation accuracy {final.metrics['eval/accuracy']:.3f} "

@@ -35,7 +35,10 @@ SFT_ROWS = [
 def rollouts(tok, n: int = 6) -> RolloutBatch:
     """n rollouts of very different lengths, nonzero advantages, off-policy old log-probs (some ratios clipped)."""
     g = torch.Generator().manual_seed(0)
-    prompts = [tok(f"Q{i}: what is {i} * {i + 3}?", add_special_tokens=False)["input_ids"] for i in range(n)]
+    # a common prefix of more than 8 tokens: on one process and under ddp the shared-prefix path runs two forwards
+    # for a micro-batch of several rows and one for a single row (fsdp2 turns it off: every forward is a collective)
+    head = "Solve the following problem step by step and put the answer in a box. "
+    prompts = [tok(f"{head}Q{i}: what is {i} * {i + 3}?", add_special_tokens=False)["input_ids"] for i in range(n)]
     outputs = [torch.randint(5, tok.vocab_size, (1 + (i * 13) % 40,), generator=g).tolist() for i in range(n)]
     batch = RolloutBatch(prompts, outputs, torch.tensor([1.0, 0, 0, 1, 1, 0][:n]), torch.randn(n, generator=g), 0)
     batch.old_log_probs = [-3.0 + 0.3 * torch.randn(len(p) + len(o) - 1, generator=g) for p, o in zip(prompts, outputs)]
@@ -178,6 +181,7 @@ def main() -> None:
     out["resume"] = resume_case(model, tok)
     out["rollouts"] = rollout_case(model.eval(), tok)
     out["timeouts"] = timeout_case()
+    out["any_rank"] = [distributed.any_rank(distributed.world().rank == 1), distributed.any_rank(False)]
     if distributed.is_main():
         torch.save(out, args.out)
     distributed.reset()

@@ -59,7 +59,10 @@ def test_two_ranks_take_the_single_process_optimizer_step(runs, strategy):
         assert torch.allclose(g["grad"], r["grad"], rtol=1e-5, atol=1e-5 * scale), case
         if "weights" in r:  # the clipped update (max_grad_norm 1e-3 clips every case: grad_norm > 1e-3)
             assert r["row"]["train/grad_norm"] > 1e-3, case
-            assert torch.allclose(g["weights"], r["weights"], rtol=0, atol=1e-7), case
+            # AdamW (lr 1e-3) divides by sqrt(v) + 1e-8: a component with |g| ~ 1e-9 turns a 1e-10 gradient difference
+            # (fsdp2 computes without the shared-prefix cache) into ~1e-7 of weight; SGD's update is the gradient
+            atol = 1e-6 if case == "grpo/adamw" else 1e-7
+            assert torch.allclose(g["weights"], r["weights"], rtol=0, atol=atol), case
         rows = (r.get("row") or r["stats"], g.get("row") or g["stats"])
         for key in rows[0]:
             if not key.startswith("perf/"):  # every logged quantity is global, not rank 0's share
@@ -78,7 +81,12 @@ def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, 
 def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
     resume = runs[strategy]["resume"]
     assert torch.equal(resume["resumed"], resume["straight"])
-    assert torch.allclose(resume["straight"], runs["single"]["resume"]["straight"], rtol=0, atol=1e-7)
+    assert torch.allclose(resume["straight"], runs["single"]["resume"]["straight"], rtol=0, atol=2e-6)  # 2 AdamW
+
+
+def test_a_rank_local_decision_is_taken_by_every_rank(runs):
+    """GRPO's wall-clock budget: a rank whose own clock ran out stops every rank at the same step."""
+    assert runs["ddp"]["any_rank"] == [True, False] and runs["single"]["any_rank"] == [False, False]
 
 
 def test_a_grader_timeout_on_one_rank_does_not_hold_up_the_other(runs):
