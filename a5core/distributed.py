@@ -13,8 +13,9 @@
     (`reduce_gradients`). Why not torch's DistributedDataParallel wrapper: a micro-batch with a shared prompt prefix
     runs two forwards (prefix, then the rest on its KV cache) before one backward, which DDP's reducer refuses.
   - `fsdp2`: `fully_shard` per decoder layer, then the root; gradients reduce-scatter with divide factor 1 (a sum) in
-    every backward. Every forward all-gathers, so every rank runs the same number of micro-batches (`deal` pads the
-    short ranks with a repeat whose loss weight is 0). Generation and saving use a full copy of the weights on each
+    every backward. Every forward all-gathers, so every rank runs the same number of forwards: `deal` pads the short
+    ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
+    one for others) is off (a5core/logprobs.py). Generation and saving use a full copy of the weights on each
     rank (`full_weights`), updated one `full_tensor()` at a time; checkpoints hold whole state dicts, so a run
     resumes on any number of ranks.
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
