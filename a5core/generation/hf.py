@@ -90,9 +90,9 @@ class HFBackend:
         for start in range(0, len(order), per_batch):
             idx = order[start : start + per_batch]
             suffixes = [encoded[i][len(prefix) :] for i in idx for _ in range(sampling.n)]
-            first = sampling.index_offset  # prompt i's global index is first + i (a rank's block: a5core.distributed)
+            index = {i: sampling.index_offset + i for i in idx}  # global prompt index (a rank's block: distributed)
             streams = [
-                torch.Generator().manual_seed(request_seed(sampling.seed, first + i, j))
+                torch.Generator().manual_seed(request_seed(sampling.seed, index[i], j))
                 for i in idx
                 for j in range(sampling.n)
             ]

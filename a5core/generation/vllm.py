@@ -140,10 +140,10 @@ class VLLMBackend:
                 min_tokens=sampling.min_tokens,
                 stop=list(sampling.stop),
                 include_stop_str_in_output=True,
-                seed=_engine_seed(request_seed(sampling.seed, sampling.index_offset + i)),
+                seed=_engine_seed(request_seed(sampling.seed, index)),
                 logprobs=0,  # the sampled id's own log-prob (raw: untempered, as training sees it), for GRPO's TIS
             )
-            for i in range(n_prompts)
+            for index in range(sampling.index_offset, sampling.index_offset + n_prompts)  # global prompt indices
         ]
 
     def token_prompts(self, prompts: list[str]) -> list:
