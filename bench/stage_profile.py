@@ -171,6 +171,8 @@ def profile(repo, name: str) -> dict:
     repo.status(targets=[name])  # in this process, as `dvc repro` checks each stage (DVC already imported)
     status_s = time.perf_counter() - t
     cmd = shlex.split(stage.cmd) if isinstance(stage.cmd, str) else []
+    if cmd[1:3] == ["-m", "a5core.launch"]:  # a training stage: one process runs its script as is (a5core/launch.py)
+        cmd = [cmd[0], *cmd[3:]]
     if len(cmd) < 2 or cmd[0] not in ("python", "python3") or not cmd[1].endswith(".py") or stage.wdir != str(ROOT):
         raise SystemExit(f"{name}: can only profile `python <script>.py ...` run from the repository root")
     scratch = ROOT / "scratch"  # the sandbox sits on the disk the stage writes to, not a tmpfs
