@@ -8,6 +8,7 @@ model, run as one plain process or under `torchrun --nproc-per-node 2`; rank 0 s
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import itertools
 import os
@@ -46,14 +47,8 @@ def rollouts(tok, n: int = 6) -> RolloutBatch:
 
 
 def fresh(model):
-    m = distributed.shard(_copy(model).train())
-    return m
-
-
-def _copy(model):
-    import copy
-
-    return copy.deepcopy(model)
+    """A copy of the start weights in training mode, sharded under fsdp2."""
+    return distributed.shard(copy.deepcopy(model).train())
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
