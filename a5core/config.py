@@ -337,6 +337,7 @@ class DataConfig(Section):
         "synthetic"  # SFT traces: synthetic (teacher), jsonl:/parquet:/hf: rows {prompt, response[, ground_truth]}
     )
     validation_source: str = ""  # separate validation file (jsonl:/parquet:/hf:); empty: split off `source`
+    validation_subset: Literal["", "math500"] = ""  # a named subset of validation_source ("math500": MATH-500)
     n_train: NonNegative = 2000  # training questions for EI/GRPO (0 = all)
     n_validation: NonNegative = 200  # validation questions, a fixed seeded set shared by every stage (0 = all)
     n_sft: Positive = 1024  # SFT traces written by the teacher (synthetic only)
@@ -353,6 +354,8 @@ class DataConfig(Section):
         ]
         if self.source != "synthetic" and self.sft_source == "synthetic":
             found.append("sft_source=synthetic needs source=synthetic; give jsonl:/parquet:/hf: SFT traces")
+        if self.validation_subset and not self.validation_source:
+            found.append(f"validation_subset={self.validation_subset} needs validation_source (the MATH test split)")
         if self.source == "synthetic" and not (self.n_train and self.n_validation):
             found.append("a synthetic dataset needs n_train and n_validation > 0 (0 means 'all' only for files)")
         return [p for p in found if p]

@@ -5,6 +5,10 @@ accuracy with its 95% interval (questions are the unit, see `a5core.stats`), the
 categories (format 1 & answer 1, format 1 & answer 0, format 0 & answer 0), response lengths and entropy;
 the per-subject, per-level and grading-status breakdowns are kept apart (`Evaluation.breakdown`), so that the
 metrics files DVC shows stay a few columns wide.
+- With n > 1 samples per question, beside avg@n (`eval/accuracy`): `eval/pass@k` for k = 2, 4, ... and n (Chen et
+  al.'s unbiased estimator from the n samples) and `eval/maj@n` (majority vote over the grader's normalized extracted
+  answers; a tie goes to the answer sampled first; a sample without an answer does not vote), each with a bootstrap
+  interval over questions, and per question in `Evaluation.at_k` for paired changes. Nothing is added at n = 1.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass, field, replace
 from a5core import distributed
 from a5core.config import EvalConfig, SamplingConfig
 from a5core.generation.base import Backend
+from a5core.grader.bounds import Rejected
+from a5core.grader.normalize import normalize
 from a5core.grader.pool import GraderPool
 from a5core.prompts import build_prompt
 from a5core.records import GradedSample
-from a5core.stats import accuracy_interval, mean, per_question
+from a5core.stats import accuracy_interval, bootstrap_mean, majority_index, mean, pass_at_k, per_question
 
 ENTROPY_SAMPLE = 64  # responses whose entropy is computed by a forward pass when the backend did not record it
 
@@ -32,6 +38,7 @@ class Evaluation:
     breakdown: dict  # by subject, by level, grading-status counts
     per_question: dict[str, float]  # mean answer reward per question (for paired differences)
     entropies: list[float | None]  # mean token entropy per sample, where computed
+    at_k: dict[str, dict[str, float]] = field(default_factory=dict)  # "pass@k"/"maj@n" -> per-question score (n > 1)
 
 
 @dataclass
@@ -91,6 +98,42 @@ def _counts(samples: list[GradedSample]) -> dict:
     }
 
 
+def _vote(s: GradedSample) -> str | None:
+    """The sample's answer as the majority vote counts it: the grader's normalized extracted answer, or None."""
+    try:
+        return normalize(s.extracted) if s.extracted else None
+    except Rejected:
+        return None
+
+
+def at_k_scores(samples: list[GradedSample], n: int) -> dict[str, dict[str, float]]:
+    """{"pass@k": {question: score}, ..., "maj@n": {...}} over each question's samples in sample order; {} at n = 1."""
+    if n <= 1:
+        return {}
+    groups: dict[str, list[GradedSample]] = defaultdict(list)
+    for s in samples:
+        groups[s.unique_id].append(s)
+    ks = sorted({2**i for i in range(1, n.bit_length()) if 2**i < n} | {n})
+    out: dict[str, dict[str, float]] = {f"pass@{k}": {} for k in ks} | {f"maj@{n}": {}}
+    for uid, group in groups.items():
+        group = sorted(group, key=lambda s: s.sample_index)
+        correct = sum(s.answer_reward == 1 for s in group)
+        for k in ks:
+            out[f"pass@{k}"][uid] = pass_at_k(len(group), correct, min(k, len(group)))
+        winner = majority_index([_vote(s) for s in group])
+        out[f"maj@{n}"][uid] = 0.0 if winner is None else float(group[winner].answer_reward == 1)
+    return out
+
+
+def at_k_metrics(at_k: dict[str, dict[str, float]]) -> dict:
+    """`eval/<name>` (mean over questions) with its 95% bootstrap interval over questions, for each pass@k / maj@n."""
+    out = {}
+    for name, scores in at_k.items():
+        lo, hi = bootstrap_mean(list(scores.values()))
+        out |= {f"eval/{name}": mean(scores.values()), f"eval/{name}_lo": lo, f"eval/{name}_hi": hi}
+    return out
+
+
 def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[dict, dict, dict[str, float]]:
     """(headline metrics, breakdown, per-question scores) of a set of graded samples. Metric names are namespaced
     (`eval/`, `count/`: bookkeeping, not plotted; a5core.history) and mean the same in every row and file."""
@@ -108,6 +151,7 @@ def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[d
         "eval/response_tokens_correct": mean(correct),  # of answer-correct samples (NaN: none)
         "eval/response_tokens_incorrect": mean(wrong),
         "eval/truncation_rate": mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
+        **at_k_metrics(at_k_scores(samples, samples_per_question)),  # pass@k, maj@n with intervals (n > 1)
     }
     by_subject, by_level, status = defaultdict(list), defaultdict(list), defaultdict(int)
     for s in samples:
@@ -143,7 +187,7 @@ def evaluate_policy(
     metrics, breakdown, scores = summarize(samples, cfg.samples_per_example)
     entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE)
     metrics["eval/entropy"] = mean([e for e in entropies if e is not None])  # mean next-token entropy, nats
-    return Evaluation(samples, metrics, breakdown, scores, entropies)
+    return Evaluation(samples, metrics, breakdown, scores, entropies, at_k_scores(samples, cfg.samples_per_example))
 
 
 def completions(evaluation: Evaluation, n: int) -> list[dict]:

@@ -252,7 +252,8 @@ def load_validation(path: str | Path, protocol: str) -> dict | None:
 
 
 def validation_record(evaluation: Evaluation, protocol: str) -> dict:
-    return {"protocol": protocol, "metrics": evaluation.metrics, "per_question": evaluation.per_question}
+    record = {"protocol": protocol, "metrics": evaluation.metrics, "per_question": evaluation.per_question}
+    return record | ({"at_k": evaluation.at_k} if evaluation.at_k else {})  # pass@k, maj@n per question (n > 1)
 
 
 def initial_validation(path: str | Path, protocol: str, validate: Validator, policy) -> dict:
@@ -263,13 +264,18 @@ def initial_validation(path: str | Path, protocol: str, validate: Validator, pol
 def paired_summary(final: Evaluation, initial: dict) -> dict:
     """The change from the starting policy on the same questions and seeds, with its paired 95% interval."""
     delta, lo, hi = paired_difference(final.per_question, initial["per_question"])
-    return {
+    out = {
         "eval/initial_accuracy": initial["metrics"]["eval/accuracy"],
         "eval/delta": delta,
         "eval/delta_lo": lo,
         "eval/delta_hi": hi,
         "eval/delta_excludes_zero": lo > 0 or hi < 0,
     }
+    for name, scores in final.at_k.items():  # pass@k and maj@n, paired the same way, where both measured them
+        if name in initial.get("at_k", {}):
+            d, lo, hi = paired_difference(scores, initial["at_k"][name])
+            out |= {f"eval/delta_{name}": d, f"eval/delta_{name}_lo": lo, f"eval/delta_{name}_hi": hi}
+    return out
 
 
 class Snapshots:

@@ -11,12 +11,14 @@ an interval treats each question's mean score as one observation.
 The bootstrap is seeded, so the same scores always give the same interval. `paired_test` adds a bootstrap p-value,
 and `holm` corrects a family of them (tools/ablations.py). `min_detectable_difference` is the smallest paired
 difference a protocol resolves (a rough power calculation: the protocols' documentation and `python -m tools.power`).
+`pass_at_k` and `majority_index` score one question's k samples (pass@k, maj@k; a5core.evaluation.at_k_scores).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 N_BOOTSTRAP = 4000
@@ -124,3 +126,21 @@ def min_detectable_difference(
     p = min(max(accuracy, 1e-3), 1 - 1e-3)
     var = 2 * p * (1 - p) / (samples * n_questions * seeds) + 2 * seed_sd**2 / seeds
     return (Z95 + z_power) * math.sqrt(var)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from n samples of which c are correct, 1 - C(n-c, k) / C(n, k) (Chen et al.,
+    2021): the chance that k of the n samples, drawn without replacement, include a correct one."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def majority_index(answers: list[str | None]) -> int | None:
+    """The index of the first sample carrying the most common answer (None: no answer, no vote); a tie goes to the
+    answer that appears first, so the vote is a function of the samples in their seeded order. None if no votes."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    most = max(counts.values())
+    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == most)

@@ -19,20 +19,46 @@ def _delta(m: dict) -> str:
     return f"{m['eval/delta']:+.3f} ({m['eval/delta_lo']:+.3f} to {m['eval/delta_hi']:+.3f}){mark}"
 
 
-def protocol_text(results: list[Result]) -> list[str]:
-    """What the validation protocol is and the smallest paired change it resolves."""
+def _at_k(m: dict) -> str:
+    """pass@k and maj@n with their intervals, and their paired changes where measured ("—" at one sample)."""
+    at_k = ("eval/pass@", "eval/maj@")
+    names = [k[len("eval/") : -len("_lo")] for k in m if k.startswith(at_k) and k.endswith("_lo")]
+    cells = []
+    for name in names:
+        cell = f"{name} {m[f'eval/{name}']:.3f} ({m[f'eval/{name}_lo']:.3f}–{m[f'eval/{name}_hi']:.3f})"
+        if f"eval/delta_{name}" in m:
+            lo, hi = m[f"eval/delta_{name}_lo"], m[f"eval/delta_{name}_hi"]
+            mark = " **✓**" if lo > 0 or hi < 0 else ""
+            cell += f", change {m[f'eval/delta_{name}']:+.3f} ({lo:+.3f} to {hi:+.3f}){mark}"
+        cells.append(cell)
+    return "; ".join(cells) or "—"
+
+
+def protocol_text(results: list[Result], validation_set: str = "") -> list[str]:
+    """What the validation protocol is (on which questions: `validation_set`) and the smallest change it resolves."""
     m = next((r.metrics for r in results if r.method != "zero-shot"), results[0].metrics)
     n, k = m["count/questions"], m["count/samples_per_question"]
     levels = [0.1, 0.3, 0.5]
     mde = ", ".join(f"{min_detectable_difference(n, k, p):.3f} at accuracy {p:.1f}" for p in levels)
     return [
-        f"Protocol: {n} validation questions x {k} sample(s) each (avg@{k}), the same questions and per-request sample "
+        f"Protocol: {n} validation questions{f' ({validation_set})' if validation_set else ''} x {k} sample(s) each "
+        f"(avg@{k}), the same questions and per-request sample "
         "seeds for every policy. Intervals are 95%: Wilson for one sample per question, otherwise a bootstrap over "
         "questions; a change is the paired difference from the run's starting policy on the same questions, with a "
         "bootstrap interval over questions. ✓ marks a change whose interval excludes zero.",
         "",
         f"Smallest paired change this protocol detects with 80% power (two-sided 5%): {mde}. Smaller true changes "
         "can go unmarked; a change without ✓ is not evidence of no effect.",
+        *(
+            [
+                "",
+                f"With {k} samples per question: pass@k is Chen et al.'s unbiased estimate from the {k} samples, "
+                f"maj@{k} the majority vote over the grader's normalized answers (a tie goes to the answer sampled "
+                "first), each with a bootstrap interval over questions and a paired change like accuracy's.",
+            ]
+            if k > 1
+            else []
+        ),
     ]
 
 
@@ -55,27 +81,35 @@ def made_on_text(records: list[dict]) -> list[str]:
 
 
 def summary_markdown(
-    results: list[Result], figures_rel: str, notes: list[str] | None = None, records: list[dict] | None = None
+    results: list[Result],
+    figures_rel: str,
+    notes: list[str] | None = None,
+    records: list[dict] | None = None,
+    validation_set: str = "",
 ) -> str:
     lines = [
         "# Summary",
         "",
         "Validation accuracy of every method and run (written by the `plots` stage).",
         "",
-        *protocol_text(results),
+        *protocol_text(results, validation_set),
         "",
         *made_on_text(records or []),
     ]
     lines += notes or []
+    at_k = any(_at_k(r.metrics) != "—" for r in results)  # a column only when some protocol drew n > 1 samples
     lines += [
-        "| method | run | accuracy (95% CI) | change from start (95% CI) | starting accuracy | figure |",
-        "|---|---|---|---|---|---|",
+        "| method | run | accuracy (95% CI) | change from start (95% CI) | starting accuracy |"
+        + (" pass@k, maj@n (95% CI) |" if at_k else "")
+        + " figure |",
+        "|---|---|---|---|---|" + ("---|" if at_k else "") + "---|",
     ]
     for r in results:
         start = f"{r.metrics['eval/initial_accuracy']:.3f}" if "eval/initial_accuracy" in r.metrics else "—"
         run = f"{r.run} ({r.detail})" if r.detail else r.run
         lines.append(
-            f"| {r.method} | {run} | {_acc(r.metrics)} | {_delta(r.metrics)} | {start} "
-            f"| [{r.figure}]({figures_rel}/{r.figure}) |"
+            f"| {r.method} | {run} | {_acc(r.metrics)} | {_delta(r.metrics)} | {start} |"
+            + (f" {_at_k(r.metrics)} |" if at_k else "")
+            + f" [{r.figure}]({figures_rel}/{r.figure}) |"
         )
     return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from a5core import stage
 from a5core.artifacts import write_text
-from a5core.config import read_params
+from a5core.config import DataConfig, load_section, read_params
+from a5core.data.prepare import validation_set
 from a5core.plots import make_plots
 from a5core.runinfo import RECORD_FILE, read_run_record
 from a5core.summary import summary_markdown
@@ -30,7 +31,8 @@ def main() -> None:
     dag = dag_stages(runs, grpo, args.ei)
     records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
-    write_text(summary_markdown(results, figures_rel, records=records), args.summary)
+    questions = validation_set(load_section(DataConfig, "data", args.params))
+    write_text(summary_markdown(results, figures_rel, records=records, validation_set=questions), args.summary)
     print(f"{len(results)} rows in {args.summary}")
 
 

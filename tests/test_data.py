@@ -290,3 +290,53 @@ def test_gguf_parsed_once_memoizes_while_loading_and_restores(tmp_path):
         assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == originals
     assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
+
+
+MATH500_FIRST = (  # MATH-500's first problem (test/precalculus/807.json), as the MATH test split writes it
+    "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates.  Enter your answer in the form "
+    "$(r,\\theta),$ where $r > 0$ and $0 \\le \\theta < 2 \\pi.$"
+)
+
+
+def test_math500_ids_match_the_dataset_card():
+    """HuggingFaceH4/MATH-500's card: 500 problems; by subject Algebra 124, Intermediate Algebra 97, Prealgebra 82,
+    Number Theory 62, Precalculus 56, Geometry 41, Counting & Probability 38 (the ids name the subject's folder)."""
+    from collections import Counter
+
+    from a5core.data.prepare import subset_spec
+
+    problems = subset_spec("math500")["problems"]
+    assert len({p["unique_id"] for p in problems}) == len({p["sha256"] for p in problems}) == 500
+    assert Counter(p["unique_id"].split("/")[1] for p in problems) == {
+        "algebra": 124, "intermediate_algebra": 97, "prealgebra": 82, "number_theory": 62, "precalculus": 56,
+        "geometry": 41, "counting_and_probability": 38,
+    }  # fmt: skip
+
+
+def _math_row(uid: str, problem: str) -> str:
+    return json.dumps({"problem": problem, "solution": "$\\boxed{1}$", "answer": "1", "unique_id": uid}) + "\n"
+
+
+def test_math500_is_selected_by_id_or_by_problem_text_and_a_missing_problem_is_an_error(tmp_path):
+    from a5core.data.prepare import subset_spec, validation_set
+
+    ids = [p["unique_id"] for p in subset_spec("math500")["problems"]]
+    lines = [_math_row(f"test/other/{i}.json", f"Compute ${i} + 1 - {i}$.") for i in range(30)]
+    lines += [_math_row("test/precalculus/0.json", MATH500_FIRST)]  # another numbering: matched by its text
+    lines += [_math_row(uid, f"Problem {uid}: compute $1$.") for uid in ids[1:]]  # by id
+    (tmp_path / "test.jsonl").write_text("".join(lines))
+    (tmp_path / "train.jsonl").write_text(_math_row("train/a.json", "Compute $2 - 1$."))
+    (tmp_path / "sft.jsonl").write_text(json.dumps({"prompt": "p", "response": "r", "ground_truth": "1"}) + "\n")
+    data = {"source": f"jsonl:{tmp_path}/train.jsonl", "sft_source": f"jsonl:{tmp_path}/sft.jsonl", "n_train": 0}
+    cfg = from_dict(
+        DataConfig, {**data, "validation_source": f"jsonl:{tmp_path}/test.jsonl", "validation_subset": "math500",
+                     "n_validation": 0}, "data",
+    )  # fmt: skip
+    rows = prepare(cfg)[0]["validation"]
+    assert len(rows) == 500 and rows[0]["unique_id"] == "test/precalculus/0.json"
+    assert validation_set(cfg) == f"MATH-500 of jsonl:{tmp_path}/test.jsonl"
+    (tmp_path / "test.jsonl").write_text("".join(lines[:-1]))
+    with pytest.raises(adapters.DataError, match=f"1 of the 500 MATH-500 problems are not in it .*{ids[-1]}"):
+        prepare(cfg)
+    with pytest.raises(ConfigError, match="validation_subset=math500 needs validation_source"):
+        from_dict(DataConfig, {**data, "validation_subset": "math500"}, "data").validate()

@@ -1,15 +1,19 @@
-"""The smoke DAG's training stages on 2 processes (torchrun over gloo, launched by dvc.yaml's commands): SFT, an EI
-round and off-policy GRPO run under ddp, and SFT under fsdp2, each equal to the single process's to float tolerance,
-with rank 0 alone writing; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's bytes on 2 ranks
+"""The smoke DAG on 2 processes (torchrun over gloo, launched by dvc.yaml's commands), shared by three clones through
+a folder remote (README "A grid over machines"): two machines each run one GRPO run and push what they ran; a
+collector's `dvc repro --pull` of the whole DAG runs neither of them nor anything upstream, restores their outputs byte
+for byte and runs the rest on 2 ranks, rank 0 alone writing. SFT on 2 ranks (ddp), on 1 and under fsdp2 give the same
+weights to float tolerance; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's bytes on 2 ranks
 and to its weights on 1."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -33,24 +37,71 @@ def _close(a: Path, b: Path, atol: float = 1e-6) -> float:
     return gap
 
 
-@pytest.mark.slow
-def test_training_stages_on_two_ranks_match_one(tmp_path):
-    work, run = scratch_repo(tmp_path, "smoke")
+GRID = ("no_baseline", "reinforce_baseline")  # one GRPO run per machine
+UPSTREAM = {"check_params", "fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", "sft@filtered"}
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> dict:
+    """The smoke repo with `distributed.nproc=2` and a folder remote, cloned to two machines that each run one GRPO
+    run with `dvc repro --pull` and push what they ran (`tools.push_runs`), then to a collector that runs
+    `dvc repro --pull` of the whole DAG. Returns {name: (path, runner, the stages its repro ran, its stdout)}."""
+    tmp = tmp_path_factory.mktemp("grid")
+    origin, run = scratch_repo(tmp, "smoke")
     ok(run(sys.executable, "-m", "tools.profile", "smoke", "distributed.nproc=2"))
-    r = run("dvc", "repro", "sft@filtered", "ei_round_1@G2", "grpo@clip_offpolicy")
-    ok(r)
-    assert {"sft@filtered", "ei_round_1@G2", "grpo@clip_offpolicy"} <= ran_stages(r)
-    assert r.stdout.count("sft@filtered: ") == 1 and r.stdout.count("grpo@clip_offpolicy: validation") == 1  # rank 0
-    train = (work / "results" / "sft" / "filtered" / "logs" / "train.csv").read_text().splitlines()
+    ok(run("dvc", "remote", "add", "-d", "shared", str(tmp / "remote")))
+    ok(run("git", "add", "-A"))
+    ok(run("git", "commit", "-qm", "two ranks, a shared remote"))
+    env = {**os.environ, "PYTHONPATH": "", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode on, as on a user's machine (scratch_repo)
+    machines = {}
+    for name, targets in [*((x, [f"grpo@{x}"]) for x in GRID), ("collector", [])]:
+        path = tmp / name
+        ok(run("git", "clone", "-q", str(origin), str(path)))
+        at = partial(_at, path, {**env, "PYTHONPATH": str(path)})
+        r = at("dvc", "repro", "--pull", *targets)  # with the run cache the machines before it pushed
+        ok(r)
+        if targets:
+            ok(at(sys.executable, "-m", "tools.push_runs"))
+        machines[name] = (path, at, ran_stages(r), r.stdout)
+    return machines
+
+
+def _at(path: Path, env: dict, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True)
+
+
+def _grpo_outputs(repo: Path, run: str) -> dict[str, str]:
+    model = {f"model/{k}": v for k, v in tree_digest(repo / "models" / f"grpo_{run}").items()}
+    return model | {f"results/{k}": v for k, v in tree_digest(repo / "results" / "grpo" / run).items()}
+
+
+@pytest.mark.slow
+def test_two_machines_split_the_grid_and_a_collector_runs_only_the_rest_on_two_ranks(grid):
+    assert [grid[x][2] for x in GRID] == [UPSTREAM | {f"grpo@{GRID[0]}"}, {f"grpo@{GRID[1]}"}]  # upstream: cached
+    collector, at, ran, stdout = grid["collector"]
+    assert not ran & (UPSTREAM | {f"grpo@{x}" for x in GRID}), ran
+    assert {"sft@full", "ei_round_5@G2", "grpo@clip_offpolicy", "plots"} <= ran, ran  # the whole DAG, on 2 ranks
+    for name in GRID:  # restored from the machine that ran it, byte for byte
+        assert _grpo_outputs(collector, name) == _grpo_outputs(grid[name][0], name), name
+    assert "up to date" in at("dvc", "status").stdout
+    assert all(x in (collector / "reports" / "summary.md").read_text() for x in GRID)
+    assert stdout.count("sft@full: ") == 1 and stdout.count("grpo@clip_offpolicy: validation") == 1  # rank 0 prints
+    train = (collector / "results" / "sft" / "full" / "logs" / "train.csv").read_text().splitlines()
     steps = [line.split(",")[0] for line in train[1:]]
     assert steps == [str(s) for s in range(1, len(steps) + 1)], steps  # one writer: no step logged twice
-    assert not (work / "scratch").exists()
-    two = tmp_path / "two_ranks"
-    (work / "models" / "sft_filtered").rename(two)
+    assert not (collector / "scratch").exists()
+
+
+@pytest.mark.slow
+def test_a_two_rank_sft_stage_equals_one_process_and_fsdp2(grid):
+    work, at, _, _ = grid[GRID[0]]  # sft@filtered ran there on 2 ranks (ddp)
+    two = work.parent / "two_ranks"
+    shutil.copytree(work / "models" / "sft_filtered", two)
     metrics = (work / "results" / "sft" / "filtered" / "metrics.json").read_text()
     for overrides in (["distributed.nproc=1"], ["distributed.nproc=2", "distributed.strategy=fsdp2"]):
-        ok(run(sys.executable, "-m", "tools.profile", "smoke", *overrides))
-        r = run("dvc", "repro", "--single-item", "sft@filtered")
+        ok(at(sys.executable, "-m", "tools.profile", "smoke", *overrides))
+        r = at("dvc", "repro", "--single-item", "sft@filtered")
         ok(r)
         assert ran_stages(r) == {"sft@filtered"}, ran_stages(r)
         _close(work / "models" / "sft_filtered", two)

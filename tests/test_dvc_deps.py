@@ -1,6 +1,7 @@
 """dvc.yaml is honest: each stage depends on exactly the a5core modules its script imports, each params
 section is read by the stages that list it, the Expert Iteration rounds form one chain, every training stage's live
-plots are declared, and the small results are kept out of DVC's cache (in git, visible on a fresh clone)."""
+plots are declared, metrics and plots are kept in git (visible on a fresh clone) and every other output is cached
+(the run cache)."""
 
 import yaml
 
@@ -55,14 +56,16 @@ def _outs(body: dict) -> dict:
     return {path: opts or {} for path, opts in out.items()}
 
 
-def test_training_stages_declare_live_plots_and_keep_small_results_in_git():
+def test_metrics_and_plots_are_in_git_and_every_other_output_is_run_cached():
     for name, stage in _stages().items():
         body = _body(stage)
-        outs = _outs(body)
-        for path, opts in outs.items():
-            small = path.endswith((".json", ".md", ".csv", "/logs", "/plots", "/figures"))
-            assert small == (opts.get("cache") is False), (
-                f"{name}: {path} should {'not ' if not small else ''}be cache: false"
+        in_git = set(_outs({k: v for k, v in body.items() if k in ("metrics", "plots")}))
+        for path, opts in _outs(body).items():
+            # DVC (3.67, Stage.run) skips the run cache of a stage with a cache: false output that is not a metric or
+            # plot; the grid over machines needs the run cache. The plots stage is cheap and writes the summary to git.
+            uncached = path in in_git or name == "plots"
+            assert uncached == (opts.get("cache") is False), (
+                f"{name}: {path} should {'not ' if not uncached else ''}be cache: false"
             )
         if name in ("sft", "grpo") or name.startswith("ei_round_"):
             plots = [p for e in body["plots"] for p in (e if isinstance(e, dict) else {e: {}})]

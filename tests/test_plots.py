@@ -133,3 +133,27 @@ def test_a_configured_run_without_results_is_an_error(tmp_path):
             {"r": {}, "missing": {}},
             EI_LAST.format(root=tmp_path),
         )
+
+
+def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
+    from a5core.evaluation import Evaluation
+    from a5core.pipeline import paired_summary, validation_record
+    from a5core.plots import Result
+
+    def evaluation(acc: dict, maj: dict) -> Evaluation:
+        metrics = {"eval/accuracy": sum(acc.values()) / len(acc), "count/questions": len(acc)}
+        return Evaluation([], metrics, {}, acc, [], {"maj@4": maj})
+
+    questions = [f"q{i}" for i in range(40)]
+    before = validation_record(evaluation(dict.fromkeys(questions, 0.25), dict.fromkeys(questions, 0.0)), "p")
+    assert before["at_k"]["maj@4"]["q0"] == 0.0 and "at_k" not in validation_record(Evaluation([], {}, {}, {}, []), "p")
+    after = evaluation(dict.fromkeys(questions, 0.5), {q: float(i < 10) for i, q in enumerate(questions)})
+    change = paired_summary(after, before)
+    assert change["eval/delta_maj@4"] == 0.25 and change["eval/delta_maj@4_lo"] > 0  # 10 of 40 questions gained
+    metrics = {
+        "eval/accuracy": 0.5, "eval/accuracy_lo": 0.4, "eval/accuracy_hi": 0.6, "count/questions": 40,
+        "count/samples_per_question": 4, "eval/maj@4": 0.25, "eval/maj@4_lo": 0.125, "eval/maj@4_hi": 0.375, **change,
+    }  # fmt: skip
+    md = summary_markdown([Result("GRPO", "r", metrics, "grpo.png")], "figures")
+    assert "| pass@k, maj@n (95% CI) |" in md
+    assert "maj@4 0.250 (0.125–0.375), change +0.250 (" in md and md.count("**✓**") == 2, md

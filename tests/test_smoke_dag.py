@@ -123,6 +123,10 @@ def test_whole_dag_on_smoke_profile(tmp_path):
         details["count/questions"] == 8
         and base["eval/accuracy_lo"] <= base["eval/accuracy"] <= base["eval/accuracy_hi"]
     )
+    assert details["eval/maj@2_lo"] <= details["eval/maj@2"] <= details["eval/maj@2_hi"]  # two samples per question
+    grpo = json.loads((work / "results" / "grpo" / "reinforce_baseline" / "details.json").read_text())
+    assert {"eval/pass@2", "eval/delta_pass@2_lo", "eval/delta_maj@2_hi"} <= set(grpo)
+    assert "pass@k, maj@n (95% CI)" in summary and "maj@2 " in summary
     assert not (work / "scratch").exists()  # resume state is removed after success
     assert_one_copy_of_each_model(work, run)
     r = run("dvc", "status")

@@ -1,8 +1,11 @@
 """Intervals against hand-computed cases, and the evaluation's per-question unit."""
 
+import itertools
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from a5core.config import EvalConfig
 from a5core.evaluation import evaluate_policy
@@ -10,9 +13,11 @@ from a5core.stats import (
     accuracy_interval,
     bootstrap_mean,
     holm,
+    majority_index,
     min_detectable_difference,
     paired_difference,
     paired_test,
+    pass_at_k,
     per_question,
     wilson,
 )
@@ -77,6 +82,11 @@ def test_evaluation_treats_questions_as_the_unit(tiny):
     assert (
         m["eval/accuracy_lo"] == m["eval/accuracy_hi"] == pytest.approx(1 / 3)
     )  # every question scores 1/3: no spread
+    # one correct of three: pass@2 = 1 - C(2,2)/C(3,2) = 2/3, pass@3 = 1; the vote is "bad" (2 of 3): maj@3 = 0
+    assert (m["eval/pass@2"], m["eval/pass@3"], m["eval/maj@3"]) == (pytest.approx(2 / 3), 1.0, 0.0)
+    assert m["eval/pass@2_lo"] == m["eval/pass@2_hi"] == pytest.approx(2 / 3)
+    assert set(result.at_k) == {"pass@2", "pass@3", "maj@3"}
+    assert result.at_k["maj@3"] == {f"q{i}": 0.0 for i in range(4)}
 
 
 def test_holm_adjusts_step_down_in_input_order():
@@ -102,3 +112,46 @@ def test_seeds_average_evaluation_noise_and_their_spread_sets_a_floor():
     spread = min_detectable_difference(10**9, 1, 0.3, seeds=3, seed_sd=0.05)  # evaluation noise gone: seeds alone
     assert spread == pytest.approx((1.959963984540054 + 0.8416) * math.sqrt(2 * 0.05**2 / 3))
     assert min_detectable_difference(64, 1, 0.3, seed_sd=0.05) > one
+
+
+def test_pass_at_k_by_hand():
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert (pass_at_k(4, 0, 4), pass_at_k(4, 1, 4), pass_at_k(4, 3, 2), pass_at_k(4, 2, 1)) == (0.0, 1.0, 1.0, 0.5)
+    for bad in ((4, 1, 0), (4, 1, 5), (4, 5, 2)):
+        with pytest.raises(ValueError, match="pass@k needs"):
+            pass_at_k(*bad)
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=8), st.data())
+def test_pass_at_k_is_the_mean_over_every_k_subset(correct, data):
+    """The estimator equals the exact share of k-subsets of the n samples holding a correct one (its definition)."""
+    n, k = len(correct), data.draw(st.integers(1, len(correct)))
+    subsets = list(itertools.combinations(correct, k))
+    assert pass_at_k(n, sum(correct), k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets), abs=1e-12)
+
+
+def test_majority_vote_ties_go_to_the_answer_seen_first_and_no_answer_does_not_vote():
+    assert majority_index(["1", "2", "2"]) == 1
+    assert majority_index(["2", "1", "1", "2"]) == 0  # 2 against 2: "2" appeared first
+    assert majority_index([None, None, "3"]) == 2 and majority_index([None, None]) is None
+
+
+def test_at_k_scores_vote_on_normalized_answers():
+    from a5core.evaluation import at_k_scores, summarize
+    from a5core.records import GradedSample
+
+    def sample(uid, j, extracted, correct):
+        r = float(correct)
+        return GradedSample(uid, j, "p", "r", "1/2", extracted, "x", 1.0, r, r, 8, "stop", "s", "l")
+
+    samples = [  # q0: "\\dfrac12" and "\\frac{1}{2}" are one answer (2 votes, correct) against "3" (1 vote)
+        sample("q0", 2, "3", False), sample("q0", 0, "\\dfrac12", True), sample("q0", 1, "\\frac{1}{2}", True),
+        sample("q1", 0, None, False), sample("q1", 1, "7", False), sample("q1", 2, "x" * 10**6, False),
+    ]  # fmt: skip
+    at_k = at_k_scores(samples, 3)
+    assert at_k == {"pass@2": {"q0": 1.0, "q1": 0.0}, "pass@3": {"q0": 1.0, "q1": 0.0}, "maj@3": {"q0": 1.0, "q1": 0.0}}
+    assert at_k_scores(samples, 1) == {}
+    metrics, _, _ = summarize(samples, 3)
+    assert metrics["eval/maj@3"] == 0.5 and (metrics["eval/maj@3_lo"], metrics["eval/maj@3_hi"]) == (0.0, 1.0)
+    assert not any("@" in k for k in summarize(samples, 1)[0])  # one sample: avg@1 alone, nothing added

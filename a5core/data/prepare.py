@@ -4,11 +4,18 @@ Validation is kept apart from everything: a training or SFT problem whose text e
 dropped. Training problems that also have an SFT trace stay in the EI/GRPO pool, as in the handout (which uses all
 of MATH train), unless `data.exclude_sft_problems`. Every ground truth must be gradable: one the grader cannot screen
 and normalize fails the stage with its row id, instead of silently never matching.
+`data.validation_subset` selects a named set of validation problems shipped with the package (`math500.json`:
+MATH-500's ids and problem-text hashes), matched by unique_id or by problem text, so it needs no hub; every one of
+its problems must be found.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import random
+from pathlib import Path
 
 from a5core.config import DataConfig
 from a5core.data import adapters, synthetic
@@ -45,7 +52,8 @@ def prepare(cfg: DataConfig) -> tuple[dict[str, list[dict]], dict]:
     else:
         problems = adapters.load_problems(cfg.source)
         if cfg.validation_source:
-            train, validation = problems, adapters.load_problems(cfg.validation_source)
+            validation = adapters.load_problems(cfg.validation_source)
+            train, validation = problems, named_subset(validation, cfg.validation_subset, cfg.validation_source)
         else:
             random.Random(cfg.seed).shuffle(problems)
             validation, train = problems[: cfg.n_validation], problems[cfg.n_validation :]
@@ -58,6 +66,48 @@ def prepare(cfg: DataConfig) -> tuple[dict[str, list[dict]], dict]:
     check_ground_truths(validation, "answer", cfg.validation_source or cfg.source)
     check_ground_truths(sft, "ground_truth", cfg.sft_source)
     return drop_overlaps(train, validation, sft, exclude_sft_problems=cfg.exclude_sft_problems)
+
+
+SUBSETS = {"math500": "math500.json"}  # data.validation_subset -> its file beside this module
+
+
+@functools.cache
+def subset_spec(name: str) -> dict:
+    """{"name", "about", "problems": [{"unique_id", "sha256"}]} of a named validation subset."""
+    return json.loads(Path(__file__).with_name(SUBSETS[name]).read_text())
+
+
+def _problem_sha(text: str) -> str:
+    return hashlib.sha256(synthetic.normalize_problem(text).encode()).hexdigest()
+
+
+def named_subset(rows: list[dict], name: str, label: str) -> list[dict]:
+    """The rows of the named subset (SUBSETS; "" keeps all), one per problem, matched by unique_id or by problem
+    text (its sha256 after `normalize_problem`), in file order. A problem of the subset not found is an error."""
+    if not name:
+        return rows
+    spec = subset_spec(name)
+    by_hash = {p["sha256"]: p["unique_id"] for p in spec["problems"]}
+    ids = set(by_hash.values())
+    chosen: dict[str, dict] = {}
+    for r in rows:
+        match = r["unique_id"] if r["unique_id"] in ids else by_hash.get(_problem_sha(r["problem"]))
+        if match:
+            chosen.setdefault(match, r)
+    if missing := sorted(ids - chosen.keys()):
+        raise adapters.DataError(
+            f"{label}: {len(missing)} of the {len(ids)} {spec['name']} problems are not in it (e.g. {missing[:3]}); "
+            f"data.validation_subset={name} needs the MATH test split (python -m tools.fetch_math)"
+        )
+    return list(chosen.values())
+
+
+def validation_set(cfg: DataConfig) -> str:
+    """Which questions every stage validates on, in words (the summary's protocol line)."""
+    source = cfg.validation_source or f"{cfg.source} (split off)"
+    subset = f"{subset_spec(cfg.validation_subset)['name']} of " if cfg.validation_subset else ""
+    seeded = f"a seeded {cfg.n_validation} of " if cfg.n_validation else ""
+    return f"{seeded}{subset}{source}"
 
 
 def seeded_subset(rows: list[dict], n: int, seed: int) -> list[dict]:
