@@ -134,9 +134,12 @@ def at_k_metrics(at_k: dict[str, dict[str, float]]) -> dict:
     return out
 
 
-def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[dict, dict, dict[str, float]]:
-    """(headline metrics, breakdown, per-question scores) of a set of graded samples. Metric names are namespaced
-    (`eval/`, `count/`: bookkeeping, not plotted; a5core.history) and mean the same in every row and file."""
+def summarize(
+    samples: list[GradedSample], samples_per_question: int, at_k: dict[str, dict[str, float]] | None = None
+) -> tuple[dict, dict, dict[str, float]]:
+    """(headline metrics, breakdown, per-question scores) of a set of graded samples (`at_k`: their at_k_scores, when
+    the caller has them). Metric names are namespaced (`eval/`, `count/`: bookkeeping, not plotted; a5core.history)
+    and mean the same in every row and file."""
     scores = per_question([(s.unique_id, s.answer_reward) for s in samples])
     lo, hi = accuracy_interval(scores, samples_per_question)
     correct = [s.output_tokens for s in samples if s.answer_reward == 1]
@@ -151,7 +154,7 @@ def summarize(samples: list[GradedSample], samples_per_question: int) -> tuple[d
         "eval/response_tokens_correct": mean(correct),  # of answer-correct samples (NaN: none)
         "eval/response_tokens_incorrect": mean(wrong),
         "eval/truncation_rate": mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
-        **at_k_metrics(at_k_scores(samples, samples_per_question)),  # pass@k, maj@n with intervals (n > 1)
+        **at_k_metrics(at_k_scores(samples, samples_per_question) if at_k is None else at_k),  # pass@k, maj@n (n > 1)
     }
     by_subject, by_level, status = defaultdict(list), defaultdict(list), defaultdict(int)
     for s in samples:
@@ -184,10 +187,11 @@ def evaluate_policy(
     prompt = prompt or cfg.prompt
     sampling = cfg.sampling(cfg.samples_per_example, prompt)
     samples = generate_and_grade(backend, rows, prompt, sampling, pool, progress)
-    metrics, breakdown, scores = summarize(samples, cfg.samples_per_example)
+    at_k = at_k_scores(samples, cfg.samples_per_example)
+    metrics, breakdown, scores = summarize(samples, cfg.samples_per_example, at_k)
     entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE)
     metrics["eval/entropy"] = mean([e for e in entropies if e is not None])  # mean next-token entropy, nats
-    return Evaluation(samples, metrics, breakdown, scores, entropies, at_k_scores(samples, cfg.samples_per_example))
+    return Evaluation(samples, metrics, breakdown, scores, entropies, at_k)
 
 
 def completions(evaluation: Evaluation, n: int) -> list[dict]:

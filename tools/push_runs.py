@@ -18,18 +18,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dvc.exceptions import DvcException
 from dvc.repo import Repo
 
 
-def run_cache_outputs(repo: Repo) -> set:
-    """The objects of every output recorded by the run-cache entries in the local cache."""
-    cache, found = repo.stage_cache, set()
+def run_cache_outputs(repo: Repo) -> tuple[set, int]:
+    """(the objects of every output recorded by the run-cache entries in the local cache, entries skipped because
+    their outputs left the cache)."""
+    cache, found, skipped = repo.stage_cache, set(), 0
     for entry in sorted(Path(cache.cache_dir).glob("*/*/*")):
         # a stage rebuilt from an entry treats every output as cached (the entry does not record `cache: false`)
         stage = cache._create_stage(cache._load_cache(entry.parent.name, entry.name))
-        for objects in stage.get_used_objs().values():  # a folder's tree and each of its files
-            found |= objects
-    return found
+        try:
+            for objects in stage.get_used_objs().values():  # a folder's tree and each of its files
+                found |= objects
+        except (DvcException, OSError):  # a folder's tree was removed (`dvc gc`): nothing of it to push
+            skipped += 1
+    return found, skipped
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,10 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     if code := subprocess.run(cmd).returncode:
         sys.exit(f"push_runs: `{' '.join(cmd[2:])}` failed (exit {code})")
     with Repo() as repo:
-        outputs = run_cache_outputs(repo)
+        outputs, skipped = run_cache_outputs(repo)
         result = repo.cloud.push(outputs, remote=args.remote)
-    print(f"push_runs: {len(outputs)} outputs of the run cache, {len(result.transferred)} uploaded", end="")
-    print(f"; {len(result.failed)} not in this machine's cache (`dvc gc` removed them?)" if result.failed else "")
+    print(f"push_runs: {len(outputs)} objects of the run cache's outputs, {len(result.transferred)} uploaded", end="")
+    gone = f"; not in this machine's cache (`dvc gc`?): {len(result.failed)} objects, {skipped} entries' folders"
+    print(gone if result.failed or skipped else "")
 
 
 if __name__ == "__main__":

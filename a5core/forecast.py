@@ -1,0 +1,183 @@
+"""How long the configured DAG will take, before running it: `python -m a5core.forecast [--params P]`.
+
+- Each stage's forecast is a measured time scaled by its work: the stage's own last run (`duration_s` of its
+  `run_record.json`) times work(current params) / work(the params dvc.lock says it ran with). A stage that never ran
+  (a new run) takes the median seconds-per-work of the stages of its family that did; one with no such record is
+  "no rate" and left out of the total, which says so.
+- Work is a proxy, one number per family (WORK): the tokens a stage samples or trains on at most (questions x samples
+  x max_tokens, rollouts x epochs; an SFT example weighs as one validation sample), so a change of size params scales
+  the time; what it leaves out (fixed overheads, responses shorter than max_tokens) is why it is checked against what
+  the stages took (reports/forecast.md).
+- A rate measured on another machine kind (`a5core.runinfo.machine_kind`) is used, and marked, not hidden.
+- With `grpo.time_budget_s`, the steps the budget buys: the budget over the forecast seconds per GRPO step.
+- Writes `reports/forecast.json`; after the run, `python -m a5core.forecast --compare` puts it beside what the same
+  stages took (their run records). Not in reports/summary.md: the summary is a stage output that a forced rerun must
+  write byte for byte, and durations differ on every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from a5core.artifacts import write_json
+from a5core.config import read_params
+from a5core.runinfo import RECORD_FILE, machine, machine_kind
+
+
+def _run(params: dict, family: str, run: str) -> dict:
+    """A family's section with one run's overrides (sft runs are entries of their own: examples, data)."""
+    return {**(params.get(family) or {}), **((params.get(f"{family}_runs") or {}).get(run) or {})}
+
+
+def _validation(params: dict) -> float:
+    v = params.get("validation") or {}
+    return (params.get("data") or {}).get("n_validation", 0) * v.get("samples_per_example", 1) * v.get("max_tokens", 0)
+
+
+def _baseline(params: dict, run: str) -> float:
+    e = params.get("eval") or {}
+    return (params.get("data") or {}).get("n_validation", 0) * e.get("samples_per_example", 1) * e.get("max_tokens", 0)
+
+
+def _sft(params: dict, run: str) -> float:
+    s, entry = params.get("sft") or {}, (params.get("sft_runs") or {}).get(run) or {}
+    examples = entry.get("examples") or (params.get("data") or {}).get("n_sft", 0)  # 0: all (the synthetic count)
+    tokens = (params.get("validation") or {}).get("max_tokens", 0)  # an example weighs as one validation sample
+    return s.get("epochs", 1) * examples * tokens + _validation(params)
+
+
+def _ei(params: dict, run: str) -> float:
+    e = _run(params, "ei", run)
+    rollouts = e.get("n_questions", 0) * e.get("rollouts_per_question", 1) * e.get("max_tokens", 0)
+    return rollouts * (1 + e.get("sft_epochs", 1)) + _validation(params)
+
+
+def _grpo(params: dict, run: str) -> float:
+    g = _run(params, "grpo", run)
+    per_step = g.get("rollout_batch_size", 0) * g.get("max_tokens", 0) * (1 + g.get("epochs_per_rollout_batch", 1))
+    return g.get("n_grpo_steps", 0) * per_step + _validation(params)
+
+
+# family -> work(params, run name): the proxy a stage's time is scaled by (module docstring)
+WORK = {"baseline_eval": _baseline, "sft": _sft, "ei_round": _ei, "grpo": _grpo}
+
+
+def family(stage: str) -> tuple[str, str]:
+    """("grpo", "lr_1e-5") for "grpo@lr_1e-5", ("ei_round", "G4") for "ei_round_3@G4", (stage, "") otherwise."""
+    name, _, run = stage.partition("@")
+    return ("ei_round" if name.startswith("ei_round_") else name), run
+
+
+def records(results: Path) -> dict[str, dict]:
+    """{stage: its run record} of every record under `results`."""
+    out = {}
+    for path in sorted(results.rglob(RECORD_FILE)):
+        record = json.loads(path.read_text())
+        out[record["stage"]] = record
+    return out
+
+
+def _locked(lock: dict, stage: str, params: dict) -> dict:
+    """The params a stage last ran with: dvc.lock's values of the params it lists (`grpo_runs.x`, `model.dtype` under
+    dotted keys) over `params` (a section it does not list, e.g. `data`, reruns it only through its files)."""
+    flat = ((lock.get("stages") or {}).get(stage) or {}).get("params", {}).get("params.yaml", {})
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in params.items()}
+    for key, value in flat.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            out[head] = {**(out.get(head) or {}), rest: value}
+        else:
+            out[head] = value
+    return out
+
+
+def forecast(stages: list[str], params: dict, lock: dict, recorded: dict[str, dict], here: str) -> list[dict]:
+    """One row per stage: {"stage", "seconds" (None: no rate), "source"} (module docstring)."""
+    rates: dict[str, list[float]] = {}
+    for stage, record in recorded.items():
+        fam, run = family(stage)
+        work = WORK[fam](_locked(lock, stage, params), run) if fam in WORK else 0.0
+        if work:
+            rates.setdefault(fam, []).append(record["duration_s"] / work)
+    rows = []
+    for stage in stages:
+        fam, run = family(stage)
+        record = recorded.get(stage)
+        other = record is not None and machine_kind(record.get("machine", {})) != here
+        if fam not in WORK:
+            seconds = record["duration_s"] if record else None
+            source = "its last run" if record else "no record"
+        elif record and (old := WORK[fam](_locked(lock, stage, params), run)):
+            seconds = record["duration_s"] * WORK[fam](params, run) / old
+            source = "its last run, scaled by work"
+        elif rates.get(fam):
+            seconds = statistics.median(rates[fam]) * WORK[fam](params, run)
+            source, other = f"median rate of {len(rates[fam])} {fam} stage(s)", False
+        else:
+            seconds, source = None, "no rate: run one stage of this family first"
+        source += " (another machine kind)" if other else ""
+        rows.append({"stage": stage, "seconds": seconds, "source": source})
+    return rows
+
+
+def budget_steps(rows: list[dict], params: dict) -> dict[str, float]:
+    """{grpo stage: GRPO steps its wall-clock budget buys at the forecast seconds per step} when a budget is set."""
+    out = {}
+    for row in rows:
+        fam, run = family(row["stage"])
+        g = _run(params, "grpo", run) if fam == "grpo" else {}
+        if g.get("time_budget_s") and row["seconds"]:
+            out[row["stage"]] = min(g["n_grpo_steps"], g["time_budget_s"] / (row["seconds"] / g["n_grpo_steps"]))
+    return out
+
+
+def forecast_vs_actual(saved: dict, recorded: list[dict]) -> str:
+    """One line: the saved forecast's total beside what those stages' last runs took (their run records)."""
+    took = {r["stage"]: r["duration_s"] for r in recorded if "duration_s" in r}
+    both = [s for s, seconds in saved["stages"].items() if seconds is not None and s in took]
+    if not both:
+        return ""
+    planned, actual = sum(saved["stages"][s] for s in both) / 60, sum(took[s] for s in both) / 60
+    return (
+        f"Forecast ({saved['made_utc']}, `python -m a5core.forecast`, {saved['machine']}): {planned:.1f} min for "
+        f"{len(both)} stages; their last runs took {actual:.1f} min ({actual / planned:.2f} x the forecast)."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--results", default="results", help="where the stages' run records are")
+    parser.add_argument("--out", default="reports/forecast.json", help="where the forecast is saved")
+    parser.add_argument("--compare", action="store_true", help="compare the saved forecast with the run records")
+    args = parser.parse_args()
+    if args.compare:
+        saved = json.loads(Path(args.out).read_text())
+        print(forecast_vs_actual(saved, list(records(Path(args.results)).values())) or "no stage of it has run")
+        return
+    from dvc.repo import Repo
+
+    with Repo() as repo:
+        stages = [s.addressing for s in repo.index.stages]
+    lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
+    rows = forecast(stages, read_params(args.params), lock, records(Path(args.results)), machine_kind(machine()))
+    for row in rows:
+        time = f"{row['seconds'] / 60:7.1f} min" if row["seconds"] is not None else "      —    "
+        print(f"{row['stage']:32} {time}  {row['source']}")
+    known = [r["seconds"] for r in rows if r["seconds"] is not None]
+    print(f"{'total':32} {sum(known) / 60:7.1f} min  ({len(known)} of {len(rows)} stages forecast)")
+    for stage, steps in budget_steps(rows, read_params(args.params)).items():
+        print(f"{stage}: grpo.time_budget_s buys about {steps:.0f} GRPO steps")
+    made = {"made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_kind(machine())}
+    write_json({**made, "stages": {r["stage"]: r["seconds"] for r in rows}}, args.out)
+    print(f"wrote {args.out}; after the run, `python -m a5core.forecast --compare` compares it with the run records")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The wall-time forecast (a5core/forecast.py) against hand-computed cases: a stage's last run scaled by its work, a new
+run at its family's median rate, a stage with no rate, another machine kind marked, and the GRPO budget's steps."""
+
+import json
+
+import pytest
+
+from a5core.forecast import budget_steps, family, forecast, records
+
+HERE = "AMD EPYC (avx2)"
+MACHINE = {"cpu": "AMD EPYC", "isa": ["avx2"]}
+PARAMS = {
+    "data": {"n_validation": 0},
+    "validation": {"samples_per_example": 1, "max_tokens": 10},
+    "grpo": {"n_grpo_steps": 4, "rollout_batch_size": 8, "max_tokens": 10, "epochs_per_rollout_batch": 1},
+    "grpo_runs": {"a": {}, "b": {"n_grpo_steps": 2}, "new": {}},
+}
+
+
+def _lock(steps: int) -> dict:
+    grpo = {**PARAMS["grpo"], "n_grpo_steps": steps}
+    return {"stages": {f"grpo@{r}": {"params": {"params.yaml": {"grpo": grpo, f"grpo_runs.{r}": {}}}} for r in "ab"}}
+
+
+def test_a_stage_scales_its_last_run_and_a_new_run_takes_the_family_median():
+    recorded = {
+        "grpo@a": {"duration_s": 100.0, "machine": MACHINE},  # ran 2 steps of 8 x 10 x 2 tokens: 0.3125 s/token
+        "grpo@b": {"duration_s": 60.0, "machine": {"cpu": "Intel", "isa": []}},  # 2 steps: 0.1875 s/token
+        "fetch_model": {"duration_s": 7.0, "machine": MACHINE},
+    }
+    stages = ["fetch_model", "check_params", "grpo@a", "grpo@b", "grpo@new", "baseline_eval"]
+    rows = {r["stage"]: r for r in forecast(stages, PARAMS, _lock(2), recorded, HERE)}
+    assert rows["fetch_model"]["seconds"] == 7.0 and rows["check_params"]["seconds"] is None
+    assert rows["grpo@a"]["seconds"] == pytest.approx(200.0)  # now 4 steps: twice the work
+    assert rows["grpo@b"]["seconds"] == pytest.approx(60.0) and "another machine kind" in rows["grpo@b"]["source"]
+    assert rows["grpo@new"]["seconds"] == pytest.approx((0.3125 + 0.1875) / 2 * 640)  # the median of two rates
+    assert rows["baseline_eval"]["seconds"] is None and "no rate" in rows["baseline_eval"]["source"]
+
+
+def test_the_budget_buys_steps_at_the_forecast_seconds_per_step():
+    rows = [{"stage": "grpo@a", "seconds": 200.0}, {"stage": "grpo@b", "seconds": None}]
+    params = {**PARAMS, "grpo": {**PARAMS["grpo"], "time_budget_s": 120}}
+    assert budget_steps(rows, params) == {"grpo@a": pytest.approx(2.4)}  # 50 s per step
+    assert budget_steps(rows, PARAMS) == {}
+
+
+def test_stage_names_and_records(tmp_path):
+    assert family("ei_round_3@G4") == ("ei_round", "G4") and family("plots") == ("plots", "")
+    (tmp_path / "grpo" / "a").mkdir(parents=True)
+    (tmp_path / "grpo" / "a" / "run_record.json").write_text(json.dumps({"stage": "grpo@a", "duration_s": 3.0}))
+    assert records(tmp_path) == {"grpo@a": {"stage": "grpo@a", "duration_s": 3.0}}
+
+
+def test_the_summary_line_puts_the_forecast_beside_the_run_records():
+    from a5core.forecast import forecast_vs_actual
+
+    saved = {"made_utc": "2026-12-02T07:00:00+00:00", "machine": HERE, "stages": {"a": 600.0, "b": 300.0, "c": None}}
+    took = [{"stage": "a", "duration_s": 900.0}, {"stage": "b", "duration_s": 450.0}, {"stage": "z", "duration_s": 5}]
+    line = forecast_vs_actual(saved, took)
+    assert "15.0 min for 2 stages; their last runs took 22.5 min (1.50 x the forecast)" in line
+    assert forecast_vs_actual(saved, []) == ""
