@@ -3,9 +3,18 @@ run from its starting policy, which changes the protocol resolves, and what it c
 
 from __future__ import annotations
 
+from a5core.config import DataConfig
 from a5core.plots import Result
 from a5core.runinfo import machine_kind
 from a5core.stats import min_detectable_difference
+
+
+def validation_set(cfg: DataConfig) -> str:
+    """Which questions every stage validates on, in words (the protocol line; a5core.data.prepare selects them)."""
+    source = cfg.validation_source or f"{cfg.source} (split off)"
+    subset = f"the {cfg.validation_subset} subset of " if cfg.validation_subset else ""
+    seeded = f"a seeded {cfg.n_validation} of " if cfg.n_validation else ""
+    return f"{seeded}{subset}{source}"
 
 
 def _acc(m: dict) -> str:

@@ -7,10 +7,9 @@ from pathlib import Path
 from a5core import stage
 from a5core.artifacts import write_text
 from a5core.config import DataConfig, load_section, read_params
-from a5core.data.prepare import validation_set
 from a5core.plots import make_plots
 from a5core.runinfo import RECORD_FILE, read_run_record
-from a5core.summary import summary_markdown
+from a5core.summary import summary_markdown, validation_set
 
 
 def dag_stages(runs: dict, grpo: dict, ei_last: str) -> set[str]:

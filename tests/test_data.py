@@ -318,7 +318,8 @@ def _math_row(uid: str, problem: str) -> str:
 
 
 def test_math500_is_selected_by_id_or_by_problem_text_and_a_missing_problem_is_an_error(tmp_path):
-    from a5core.data.prepare import subset_spec, validation_set
+    from a5core.data.prepare import subset_spec
+    from a5core.summary import validation_set
 
     ids = [p["unique_id"] for p in subset_spec("math500")["problems"]]
     lines = [_math_row(f"test/other/{i}.json", f"Compute ${i} + 1 - {i}$.") for i in range(30)]
@@ -334,7 +335,7 @@ def test_math500_is_selected_by_id_or_by_problem_text_and_a_missing_problem_is_a
     )  # fmt: skip
     rows = prepare(cfg)[0]["validation"]
     assert len(rows) == 500 and rows[0]["unique_id"] == "test/precalculus/0.json"
-    assert validation_set(cfg) == f"MATH-500 of jsonl:{tmp_path}/test.jsonl"
+    assert validation_set(cfg) == f"the math500 subset of jsonl:{tmp_path}/test.jsonl"
     (tmp_path / "test.jsonl").write_text("".join(lines[:-1]))
     with pytest.raises(adapters.DataError, match=f"1 of the 500 MATH-500 problems are not in it .*{ids[-1]}"):
         prepare(cfg)

@@ -102,14 +102,6 @@ def named_subset(rows: list[dict], name: str, label: str) -> list[dict]:
     return list(chosen.values())
 
 
-def validation_set(cfg: DataConfig) -> str:
-    """Which questions every stage validates on, in words (the summary's protocol line)."""
-    source = cfg.validation_source or f"{cfg.source} (split off)"
-    subset = f"{subset_spec(cfg.validation_subset)['name']} of " if cfg.validation_subset else ""
-    seeded = f"a seeded {cfg.n_validation} of " if cfg.n_validation else ""
-    return f"{seeded}{subset}{source}"
-
-
 def seeded_subset(rows: list[dict], n: int, seed: int) -> list[dict]:
     """`n` rows drawn with `seed`, in file order (0 or n >= len: all): not the first n, which may all be one subject."""
     if not n or n >= len(rows):
