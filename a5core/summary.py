@@ -11,10 +11,10 @@ from a5core.stats import min_detectable_difference
 
 def validation_set(cfg: DataConfig) -> str:
     """Which questions every stage validates on, in words (the protocol line; a5core.data.prepare selects them)."""
-    source = cfg.validation_source or f"{cfg.source} (split off)"
+    if not cfg.validation_source:
+        return f"held out from {cfg.source}, seeded"
     subset = f"the {cfg.validation_subset} subset of " if cfg.validation_subset else ""
-    seeded = f"a seeded {cfg.n_validation} of " if cfg.n_validation else ""
-    return f"{seeded}{subset}{source}"
+    return f"{subset}{cfg.validation_source}{', a seeded draw' if cfg.n_validation else ''}"
 
 
 def _acc(m: dict) -> str:
