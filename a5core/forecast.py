@@ -27,7 +27,7 @@ import yaml
 
 from a5core.artifacts import write_json
 from a5core.config import read_params
-from a5core.runinfo import RECORD_FILE, machine, machine_kind
+from a5core.runinfo import RECORD_FILE, machine, machine_kind, read_run_record
 
 
 def _run(params: dict, family: str, run: str) -> dict:
@@ -35,14 +35,14 @@ def _run(params: dict, family: str, run: str) -> dict:
     return {**(params.get(family) or {}), **((params.get(f"{family}_runs") or {}).get(run) or {})}
 
 
-def _validation(params: dict) -> float:
-    v = params.get("validation") or {}
+def _validation(params: dict, section: str = "validation") -> float:
+    """Tokens one whole validation samples at most under `section`'s settings (validation, or eval)."""
+    v = params.get(section) or {}
     return (params.get("data") or {}).get("n_validation", 0) * v.get("samples_per_example", 1) * v.get("max_tokens", 0)
 
 
 def _baseline(params: dict, run: str) -> float:
-    e = params.get("eval") or {}
-    return (params.get("data") or {}).get("n_validation", 0) * e.get("samples_per_example", 1) * e.get("max_tokens", 0)
+    return _validation(params, "eval")
 
 
 def _sft(params: dict, run: str) -> float:
@@ -76,11 +76,7 @@ def family(stage: str) -> tuple[str, str]:
 
 def records(results: Path) -> dict[str, dict]:
     """{stage: its run record} of every record under `results`."""
-    out = {}
-    for path in sorted(results.rglob(RECORD_FILE)):
-        record = json.loads(path.read_text())
-        out[record["stage"]] = record
-    return out
+    return {(r := read_run_record(path))["stage"]: r for path in sorted(results.rglob(RECORD_FILE))}
 
 
 def _locked(lock: dict, stage: str, params: dict) -> dict:
@@ -166,15 +162,16 @@ def main() -> None:
     with Repo() as repo:
         stages = [s.addressing for s in repo.index.stages]
     lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
-    rows = forecast(stages, read_params(args.params), lock, records(Path(args.results)), machine_kind(machine()))
+    params, here = read_params(args.params), machine_kind(machine())
+    rows = forecast(stages, params, lock, records(Path(args.results)), here)
     for row in rows:
         time = f"{row['seconds'] / 60:7.1f} min" if row["seconds"] is not None else "      —    "
         print(f"{row['stage']:32} {time}  {row['source']}")
     known = [r["seconds"] for r in rows if r["seconds"] is not None]
     print(f"{'total':32} {sum(known) / 60:7.1f} min  ({len(known)} of {len(rows)} stages forecast)")
-    for stage, steps in budget_steps(rows, read_params(args.params)).items():
+    for stage, steps in budget_steps(rows, params).items():
         print(f"{stage}: grpo.time_budget_s buys about {steps:.0f} GRPO steps")
-    made = {"made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_kind(machine())}
+    made = {"made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": here}
     write_json({**made, "stages": {r["stage"]: r["seconds"] for r in rows}}, args.out)
     print(f"wrote {args.out}; after the run, `python -m a5core.forecast --compare` compares it with the run records")
 
