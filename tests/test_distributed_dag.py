@@ -22,7 +22,7 @@ import yaml
 from safetensors.torch import load_file
 
 from tests.test_checkpoint import _sft_cmd, kill_repo
-from tests.test_smoke_dag import ok, ran_stages, scratch_repo, tree_digest
+from tests.test_smoke_dag import ok, ran_stages, repo_env, scratch_repo, tree_digest
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -52,13 +52,11 @@ def grid(tmp_path_factory) -> dict:
     ok(run("dvc", "remote", "add", "-d", "shared", str(tmp / "remote")))
     ok(run("git", "add", "-A"))
     ok(run("git", "commit", "-qm", "two ranks, a shared remote"))
-    env = {**os.environ, "PYTHONPATH": "", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode on, as on a user's machine (scratch_repo)
     machines = {}
     for name, targets in [*((x, [f"grpo@{x}"]) for x in GRID), ("collector", [])]:
         path = tmp / name
         ok(run("git", "clone", "-q", str(origin), str(path)))
-        at = partial(_at, path, {**env, "PYTHONPATH": str(path)})
+        at = partial(_at, path, repo_env(path))
         r = at("dvc", "repro", "--pull", *targets)  # with the run cache the machines before it pushed
         ok(r)
         if targets:

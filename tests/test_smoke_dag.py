@@ -17,6 +17,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def repo_env(work: Path) -> dict[str, str]:
+    """The environment a scratch repo's commands run in: this venv's tools, the repo's own a5core, a git identity."""
+    return {
+        # bytecode on, as on a user's machine: __pycache__ in a folder dependency must not change its hash
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(work),
+        "GIT_AUTHOR_NAME": "a5",
+        "GIT_AUTHOR_EMAIL": "a5@localhost",
+        "GIT_COMMITTER_NAME": "a5",
+        "GIT_COMMITTER_EMAIL": "a5@localhost",
+    }
+
+
 def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
     """A copy of the working tree (tracked and untracked files) as a fresh git repo with `profile` selected."""
     work = tmp_path / "repo"
@@ -31,16 +45,7 @@ def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
         if (ROOT / f).is_file():
             (work / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, work / f)
-    env = {
-        # bytecode on, as on a user's machine: __pycache__ in a folder dependency must not change its hash
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(work),
-        "GIT_AUTHOR_NAME": "a5",
-        "GIT_AUTHOR_EMAIL": "a5@localhost",
-        "GIT_COMMITTER_NAME": "a5",
-        "GIT_COMMITTER_EMAIL": "a5@localhost",
-    }
+    env = repo_env(work)
 
     def run(*cmd):
         return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
