@@ -421,6 +421,7 @@ class EvalConfig(SamplingFields):
     samples_per_example: Positive = 1  # k samples per question; accuracy is their mean (avg@k)
     grader_workers: Positive = 2  # grading processes
     grader_timeout_s: PositiveFloat = 5.0  # per-item grading time bound (seconds)
+    grader_audit: bool = True  # re-judge every rollout and validation response (strict rule, math-verify; grader.audit)
 
     def problems(self) -> list[str]:
         return [p for p in [reward_fn_problem(self.reward_fn), *super().problems()] if p]
@@ -458,6 +459,7 @@ SECTIONS = {
     "sft": "a5core.sft:SFTConfig",
     "ei": "a5core.ei:EIConfig",
     "grpo": "a5core.grpo:GRPOConfig",
+    "replicates": "a5core.replicates:ReplicatesConfig",
 }
 RUN_SECTIONS = {"sft_runs": None, "ei_runs": "ei", "grpo_runs": "grpo"}
 

@@ -23,6 +23,7 @@ from typing import Callable, Literal
 from a5core.checkpoint import Checkpointer
 from a5core.config import NonNegative, Positive, PositiveFloat, SamplingConfig, SamplingFields, init_policy_problem
 from a5core.evaluation import RunResult, generate_and_grade, log_evaluation, response_entropies
+from a5core.grader.audit import AUDIT_NAMES, audit_metrics
 from a5core.history import RunHistory
 from a5core.records import GradedSample, RoundRollout
 from a5core.rewards import reward_problems, training_reward
@@ -43,6 +44,8 @@ ROUND_SCALARS = (
     "rollout/response_tokens_kept",
     "rollout/entropy",
     "trained",
+    *(f"rollout/{name}" for name in AUDIT_NAMES),  # the grader audit of the round's rollouts, when it ran
+    "count/audit_unjudged",
 )
 
 
@@ -111,6 +114,7 @@ def round_report(samples: list[GradedSample], kept: list[GradedSample], counts: 
         "kept_by_subject": dict(Counter(s.subject for s in kept)),
         "kept_by_level": dict(Counter(s.level for s in kept)),
         "success_counts": dict(Counter(per_q.get(q, 0) for q in questions)),
+        **audit_metrics(samples, "rollout"),  # the grader audit (a5core.grader.audit)
         **counts,
     }
 
@@ -230,4 +234,4 @@ def ei_round(
 def history_row(round_idx: int, metrics: dict, report: dict | None = None) -> dict:
     """One row of a run's history (rounds.csv): validation metrics after round `round_idx` (0 = the initial
     policy, which has no round report) and the round report's scalars."""
-    return {"round": round_idx, **metrics, **({s: report[s] for s in ROUND_SCALARS} if report else {})}
+    return {"round": round_idx, **metrics, **{s: report[s] for s in ROUND_SCALARS if s in (report or {})}}

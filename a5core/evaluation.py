@@ -9,6 +9,8 @@ metrics files DVC shows stay a few columns wide.
   al.'s unbiased estimator from the n samples) and `eval/maj@n` (majority vote over the grader's normalized extracted
   answers; a tie goes to the answer sampled first; a sample without an answer does not vote), each with a bootstrap
   interval over questions, and per question in `Evaluation.at_k` for paired changes. Nothing is added at n = 1.
+- The grader audit (a5core.grader.audit), when the pool runs one: each sample's strict and math-verify verdicts,
+  `eval/audit_*` shares, and the top-reward completions beside the first ones in the completions log.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from a5core import distributed
 from a5core.config import EvalConfig, SamplingConfig
 from a5core.generation.base import Backend
+from a5core.grader.audit import audit_metrics, top_rewarded, verdicts
 from a5core.grader.bounds import Rejected
 from a5core.grader.normalize import normalize
 from a5core.grader.pool import GraderPool
@@ -60,7 +63,9 @@ def generate_and_grade(
     prompts = [build_prompt(r["problem"], prompt) for r in rows]
     completions = backend.generate(prompts, sampling, progress=progress) if rows else []
     flat = [(r, p, j, c) for r, p, cs in zip(rows, prompts, completions) for j, c in enumerate(cs)]
-    grades = pool.map([c.text for *_, c in flat], [r["answer"] for r, *_ in flat], progress=progress)
+    texts, truths = [c.text for *_, c in flat], [r["answer"] for r, *_ in flat]
+    grades = pool.map(texts, truths, progress=progress)
+    audits = pool.audit(texts, truths, prompt)  # the grader audit's verdicts (None each when the pool has none)
     return distributed.gather(
         [
             GradedSample(
@@ -81,8 +86,9 @@ def generate_and_grade(
                 token_ids=tuple(c.token_ids),
                 token_entropies=c.token_entropies,
                 token_logprobs=c.token_logprobs,
+                **verdicts(a),
             )
-            for (r, p, j, c), g in zip(flat, grades)
+            for (r, p, j, c), g, a in zip(flat, grades, audits)
         ]
     )
 
@@ -155,6 +161,7 @@ def summarize(
         "eval/response_tokens_incorrect": mean(wrong),
         "eval/truncation_rate": mean([s.finish_reason == "length" for s in samples]),  # cut at max_tokens
         **at_k_metrics(at_k_scores(samples, samples_per_question) if at_k is None else at_k),  # pass@k, maj@n (n > 1)
+        **audit_metrics(samples, "eval"),  # the grader audit (a5core.grader.audit), when the pool ran it
     }
     by_subject, by_level, status = defaultdict(list), defaultdict(list), defaultdict(int)
     for s in samples:
@@ -195,18 +202,25 @@ def evaluate_policy(
 
 
 def completions(evaluation: Evaluation, n: int) -> list[dict]:
-    """The first n samples as a completions table (prompt, response, reward, entropy), as TRL logs them."""
+    """The first n samples (`"shown": "first"`) as a completions table (prompt, response, reward, entropy), as TRL
+    logs them, then the n highest-reward ones (`"top_reward"`, grader.audit.top_rewarded), with the audit's verdicts."""
+    entropy = {id(s): e for s, e in zip(evaluation.samples, evaluation.entropies)}
+    first = [("first", s) for s in evaluation.samples[:n]]
+    top = [("top_reward", s) for s in top_rewarded(evaluation.samples, n)]
     return [
         {
+            "shown": shown,
             "unique_id": s.unique_id,
             "prompt": s.prompt,
             "response": s.response,
             "ground_truth": s.ground_truth,
             "reward": s.reward,
             "format_reward": s.format_reward,
-            "entropy": e,
+            "strict_reward": s.strict_reward,
+            "verified": s.verified,
+            "entropy": entropy.get(id(s)),
         }
-        for s, e in list(zip(evaluation.samples, evaluation.entropies))[:n]
+        for shown, s in first + top
     ]
 
 

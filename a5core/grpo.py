@@ -33,6 +33,7 @@ from a5core.config import (
     init_policy_problem,
 )
 from a5core.evaluation import RunResult, generate_and_grade, log_evaluation
+from a5core.grader.audit import audit_metrics
 from a5core.grpo_update import old_log_probs_for, optimizer_step, rollout_batch
 from a5core.history import RunHistory
 from a5core.losses import LENGTH_NORMALIZERS, OFF_POLICY_LOSSES, PG_LOSSES, LengthNorm
@@ -142,6 +143,7 @@ def rollout_stats(samples: list[GradedSample], meta: dict) -> dict:
         "rollout/response_tokens_incorrect": mean([s.output_tokens for s in samples if s.answer_reward != 1]),
         "rollout/groups_all_equal": meta["frac_groups_all_equal"],  # groups with no learning signal
         "rollout/truncation_rate": truncation_rate([s.finish_reason for s in samples]),  # cut at max_tokens (DAPO)
+        **audit_metrics(samples, "rollout"),  # the grader audit (a5core.grader.audit)
     }
 
 

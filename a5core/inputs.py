@@ -35,14 +35,32 @@ def _lookup(ref: str, params: dict, key: Any, item: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _param(ref, params: dict):
+    """The params value a `${a.b}` string names (None when it names none)."""
+    if not (isinstance(ref, str) and ref.startswith("${") and ref.endswith("}")):
+        return None
+    return functools.reduce(lambda v, part: v.get(part) if isinstance(v, dict) else None, ref[2:-1].split("."), params)
+
+
+def _matrix(name: str, matrix: dict, params: dict) -> list[tuple[str, None, dict]]:
+    """A matrix stage's instances as DVC names them (`name@<v1>-<v2>`; a dict's values are its keys)."""
+    axes = {k: list(_param(v, params) or []) for k, v in matrix.items()}
+    combos = [[]]
+    for values in axes.values():
+        combos = [c + [v] for c in combos for v in values]
+    return [(f"{name}@{'-'.join(map(str, c))}", None, dict(zip(axes, c))) for c in combos]
+
+
 def dag_stages(params: dict, root: Path):
     """(stage name, its dvc.yaml body, a function resolving `${...}` in it) for every stage of `root`/dvc.yaml, each
-    foreach stage expanded over its entries in `params`."""
+    foreach stage expanded over its entries in `params`, each matrix stage over its combinations."""
     stages = (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages") or {}
     for name, stage in stages.items():
         body, each = stage.get("do", stage), stage.get("foreach")
-        entries = params.get(each[2:-1]) if isinstance(each, str) and each.startswith("${") else None
+        entries = _param(each, params)
         instances = [(f"{name}@{k}", k, v) for k, v in entries.items()] if isinstance(entries, dict) else []
+        if "matrix" in stage:
+            each, instances = stage["matrix"], _matrix(name, stage["matrix"], params)
         for stage_name, key, item in instances or ([(name, None, None)] if each is None else []):
             yield (
                 stage_name,
@@ -198,4 +216,12 @@ def problems(params: dict, path: str | Path) -> list[str]:
         *(init_policy_problems(params, root) if in_project else []),
         *reward_fn_problems(params),
         *distributed_problems(params),
+        *replicate_problems(params),
     ]
+
+
+def replicate_problems(params: dict) -> list[str]:
+    """Seed replicates of GRPO runs that grpo_runs does not have (a5core/replicates.py)."""
+    wanted = (params.get("replicates") or {}).get("grpo_runs") or []
+    runs = params.get("grpo_runs") or {}
+    return [f"replicates.grpo_runs: {r!r} is not a grpo_runs entry ({sorted(runs)})" for r in wanted if r not in runs]

@@ -164,9 +164,10 @@ def training_stage(
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
-    """A grading pool with the section's workers (shared out over a node's ranks) and time limit (and its reward_fn
-    unless another is named)."""
-    return GraderPool(reward_fn or cfg.reward_fn, distributed.local_share(cfg.grader_workers), cfg.grader_timeout_s)
+    """A grading pool with the section's workers (shared out over a node's ranks), time limit and grader audit (and its
+    reward_fn unless another is named)."""
+    workers = distributed.local_share(cfg.grader_workers)
+    return GraderPool(reward_fn or cfg.reward_fn, workers, cfg.grader_timeout_s, audit=cfg.grader_audit)
 
 
 def check_plans(params: str, model_dir: str, dtype: str) -> int | None:

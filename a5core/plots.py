@@ -5,6 +5,7 @@ with several optimizer steps per rollout batch, are drawn without vertical zig-z
 seconds; bands are the 95% intervals each evaluation recorded. GRPO gets one overview figure and one figure per
 ablation: runs are grouped by which `grpo` settings they override (the base run, with no overrides, is in every
 group), so the handout's experiments in `conf/profile/full.yaml` each get their own figure without naming runs here.
+GRPO's and EI's figures carry the grader audit (a5core.grader.audit) beside reward and accuracy.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen befo
 from a5core.history import read_log, read_rows, write_csv  # noqa: E402
 
 ACCURACY = "validation accuracy (fraction correct)"
+AUDIT = "share of responses"
 
 
 @dataclass(frozen=True)
@@ -134,12 +136,15 @@ def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
         return []
     dirs = _run_dirs(ei_last, names)
     rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in dirs.items()}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
     for k, rows in rounds.items():
         _curve(axes[0], rows, "round", "eval/accuracy", k, band=True)
         _curve(axes[1], rows, "round", "eval/entropy", k)
+        _curve(axes[2], rows, "round", "rollout/audit_unconfirmed", f"{k}: rollouts")
+        _curve(axes[2], rows, "round", "eval/audit_unconfirmed", f"{k}: validation")
     _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
     _axes(axes[1], "EI round (0 = starting policy)", "mean token entropy (nats)", "Expert Iteration: response entropy")
+    _axes(axes[2], "EI round (0 = starting policy)", AUDIT, "paid, refused by an auditor (grader audit)")
     name = _save(fig, out, "ei.png")
     return [Result("EI", k, _metrics(d), name, f"{int(_metrics(d).get('round', 0))} rounds") for k, d in dirs.items()]
 
@@ -151,13 +156,17 @@ GRPO_PANELS = (  # (log, x, y, x label, y label, title)
     ("train", "step", "rollout/response_tokens", "optimizer step", "mean response length (tokens)", "response length"),
     ("train", "step", "train/grad_norm", "optimizer step", "gradient norm (before clipping)", "gradient norm"),
     ("train", "step", "rollout/reward", "optimizer step", "mean rollout reward", "training reward"),
+    # the grader audit (a5core.grader.audit) beside the reward and accuracy above: a reward being gamed shows here
+    ("train", "step", "rollout/audit_unconfirmed", "optimizer step", AUDIT, "rollouts paid, refused by an auditor"),
+    ("train", "step", "rollout/audit_vs_math_verify", "optimizer step", AUDIT, "rollouts: our grader vs math-verify"),
+    ("eval", "step", "eval/audit_unconfirmed", "optimizer step", AUDIT, "validation paid, refused by an auditor"),
 )
 
 
 def grpo_panels(dirs: dict[str, Path], out: Path, name: str, title: str) -> str:
     logs = {k: {kind: read_rows(d / "logs", kind) for kind in ("eval", "train")} for k, d in dirs.items()}
-    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
-    for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS):
+    fig, axes = plt.subplots(3, 3, figsize=(14, 10.5))
+    for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS, strict=True):
         for k in dirs:
             _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
         _axes(ax, xlabel, ylabel, panel)

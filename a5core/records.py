@@ -91,6 +91,9 @@ class GradedSample:
     token_ids: tuple[int, ...] = ()  # exactly the sampled ids (memory only)
     token_entropies: tuple[float, ...] | None = None  # entropy of each sampling distribution, when recorded
     token_logprobs: tuple[float, ...] | None = None  # the engine's log-prob of each sampled id, when returned
+    strict_reward: float | None = None  # the grader audit's verdicts (a5core.grader.audit); None: not applicable
+    verified: float | None = None  # math-verify's verdict on the extracted answer
+    audited: bool = False  # the audit judged this sample (False: no audit, or it ran out of time)
 
     def row(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in MEMORY_ONLY}

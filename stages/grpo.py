@@ -1,25 +1,38 @@
-"""Stage grpo@<run>: GRPO with one named run's overrides on the shared `grpo` params."""
+"""Stage grpo@<run>: GRPO with one named run's overrides on the shared `grpo` params; with `--seed`, stage
+grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/replicates.py)."""
+
+import dataclasses
+from pathlib import Path
 
 from a5core import stage
+from a5core.artifacts import write_json
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import EvalConfig, load_run, load_section
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.history import timings
-from a5core.pipeline import Snapshots, training_stage, write_results
+from a5core.pipeline import Snapshots, training_stage, validation_record, write_results
 from a5core.prompts import REWARD_FNS
 from a5core.runinfo import write_run_record
 
 
-def main() -> None:
-    args = stage.args("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch", "record")
+def run_config(args) -> tuple[GRPOConfig, str]:
+    """The run's config and stage name; with `--seed`, a seed replicate of the run."""
     cfg = load_run(GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
+    if args.seed is None:
+        return cfg, f"grpo@{args.run}"
+    return dataclasses.replace(cfg, seed=args.seed), f"grpo_replicate@{args.run}-{args.seed}"
+
+
+def main() -> None:
+    names = ("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch", "record")
+    args = stage.args(*names, seed=int)
+    cfg, name = run_config(args)
     # Each run trains on `grpo.reward_fn` (default: its prompt's reward) and is validated with its own prompt and that
     # prompt's reward; a run with the validation section's prompt is validated with the validation section's
     # reward_fn (one pool when the two are the same).
     validation = load_section(EvalConfig, "validation", args.params)
     val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
-    name = f"grpo@{args.run}"
     with training_stage(
         args,
         name,
@@ -51,6 +64,8 @@ def main() -> None:
     ts.save(args.out, result.final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
         write_results(args.metrics, result.final, ts.initial, **result.details)
+        # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
+        write_json(validation_record(result.final, ts.protocol), Path(args.metrics).with_name("validation.json"))
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return

@@ -1,4 +1,4 @@
-"""Stage plots: figures for every configured run, reports/summary.md ."""
+"""Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals)."""
 
 import os
 import re
@@ -8,15 +8,17 @@ from a5core import stage
 from a5core.artifacts import write_text
 from a5core.config import DataConfig, load_section, read_params
 from a5core.plots import make_plots
+from a5core.replicates import ReplicatesConfig, hierarchical_interval, replicate_scores
 from a5core.runinfo import RECORD_FILE, read_run_record
 from a5core.summary import summary_markdown, validation_set
 
 
-def dag_stages(runs: dict, grpo: dict, ei_last: str) -> set[str]:
+def dag_stages(runs: dict, grpo: dict, ei_last: str, reps: ReplicatesConfig) -> set[str]:
     """The stage names of the configured DAG: the summary's "Made on" line counts only their run records."""
     rounds = int(re.search(r"round_(\d+)", ei_last).group(1))
     ei = {f"ei_round_{k}@{r}" for r in runs["ei"] for k in range(1, rounds + 1)}
-    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei} | {
+    replicates = {f"grpo_replicate@{r}-{s}" for r in reps.grpo_runs for s in reps.grpo_seeds}
+    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *replicates} | {
         f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
     }
 
@@ -27,11 +29,14 @@ def main() -> None:
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
     results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei)
-    dag = dag_stages(runs, grpo, args.ei)
+    reps = load_section(ReplicatesConfig, "replicates", args.params)
+    replicates = {run: hierarchical_interval(s) for run, s in replicate_scores(Path(args.results), reps).items()}
+    dag = dag_stages(runs, grpo, args.ei, reps)
     records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
     questions = validation_set(load_section(DataConfig, "data", args.params))
-    write_text(summary_markdown(results, figures_rel, records=records, validation_set=questions), args.summary)
+    summary = summary_markdown(results, figures_rel, records=records, validation_set=questions, replicates=replicates)
+    write_text(summary, args.summary)
     print(f"{len(results)} rows in {args.summary}")
 
 

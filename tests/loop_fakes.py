@@ -62,6 +62,9 @@ class StubPool:
             )
         return out
 
+    def audit(self, responses, gts, prompt):
+        return [None] * len(responses)  # no grader audit (GraderPool(audit=False))
+
 
 def stub_evaluation(accuracy: float = 0.0) -> Evaluation:
     return Evaluation([], {**METRICS, "eval/accuracy": accuracy}, {}, {"q0": accuracy}, [])

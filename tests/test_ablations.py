@@ -3,7 +3,7 @@ corrected per family (Holm)."""
 
 import json
 
-from tools.ablations import _rows, contrast, final_model, table
+from tools.ablations import _rows, contrast, final_model, power_text, table
 
 
 def _model(folder, per_question: dict, protocol: str = "p") -> None:
@@ -32,7 +32,8 @@ def test_a_family_s_verdicts_are_holm_corrected():
     """Three contrasts at p = 0.01, 0.03, 0.04: alone each is below 0.05; Holm keeps only the first (0.03, then
     max(0.06, 0.04) = 0.06 twice)."""
     family = [
-        {"name": n, "accuracy": 0.5, "reference": 0.4, "delta": (0.1, 0.01, 0.2), "p": p, "questions": 9, "note": ""}
+        {"name": n, "accuracy": 0.5, "reference": 0.4, "delta": (0.1, 0.01, 0.2), "p": p, "questions": 9, "seeds": 1}
+        | {"note": ""}
         for n, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))
     ]
     rows = [r.split(" | ") for r in _rows(family)]
@@ -47,3 +48,28 @@ def test_families_use_their_first_run_as_reference_and_the_last_ei_round(tmp_pat
     assert final_model(tmp_path, "ei_G4").name == "round_10"  # numeric, not lexical, order
     text = table({"ei_runs": {"G4": {}, "G8": {}}}, tmp_path, [])
     assert "| ei_G8 − ei_G4 | 0.000 | 1.000 | -1.000" in text and text.count("\n") == 2
+
+
+def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
+    """With replicates.grpo_seeds, a GRPO contrast compares the means over each run's seeds (hierarchical bootstrap);
+    the reference's replicates are read as well, and the row says how many seeds."""
+    ref = {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0}
+    _model(tmp_path / "grpo_ref", ref)
+    _model(tmp_path / "grpo_ref_seed1", ref)
+    _model(tmp_path / "grpo_a", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q4": 0.5})
+    _model(tmp_path / "grpo_a_seed1", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})  # this seed learned nothing
+    c = contrast(tmp_path, "grpo_a", "grpo_ref", seeds=(1,))
+    assert c["seeds"] == 2 and c["accuracy"] == (0.875 + 0.25) / 2 and c["reference"] == 0.25
+    assert c["delta"][0] == 0.3125 and c["delta"][1] <= 0 and c["p"] > 0.05  # one seed of two moved: not resolved
+    text = table(
+        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["ref", "a"], "grpo_seeds": [1]}}, tmp_path, []
+    )
+    assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in text and "| 4 | 2 |" in text
+    only_a = table(
+        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["a"], "grpo_seeds": [1]}}, tmp_path, []
+    )
+    assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in only_a  # the reference: its own run alone (0.25)
+    power = power_text({"replicates": {"grpo_runs": ["ref", "a"], "grpo_seeds": [1]}}, tmp_path)
+    # seed SDs: ref 0 (two equal replicates), a 0.4419 (0.875 and 0.25, ddof 1); 4 questions x 1 sample x 2 seeds
+    assert "SD ref 0.000, a 0.442 (mean 0.221)" in power and "4 questions x 1 samples x 2 seeds" in power
+    assert power_text({"replicates": {"grpo_runs": [], "grpo_seeds": [1]}}, tmp_path) == ""

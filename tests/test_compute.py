@@ -171,7 +171,9 @@ def test_token_mean_divides_by_the_steps_tokens_not_each_micro_batchs(tiny):
     cfg = dict(length_normalization="token_mean", rollout_batch_size=8, group_size=4, train_batch_size=8)
     one, _ = _grpo_update(model, GRPOConfig(**cfg, gradient_accumulation_steps=1, max_grad_norm=1e9), batch)
     four, _ = _grpo_update(model, GRPOConfig(**cfg, gradient_accumulation_steps=4, max_grad_norm=1e9), batch)
-    assert torch.allclose(one, four, atol=1e-8, rtol=1e-4)
+    # 1e-7 absolute on updates up to ~0.06: float32 summation order differs by ISA (6e-8 measured on AVX512-BF16);
+    # dividing by each micro-batch's token count moves them by ~1e-3
+    assert torch.allclose(one, four, atol=1e-7, rtol=1e-4)
 
 
 def test_grpo_refuses_a_budget_below_the_longest_rollout(tiny):

@@ -620,3 +620,26 @@ def test_no_regex_with_nested_quantifiers():
     bad = [(f, p) for f, p in patterns if _nested_repeat(sre_parse.parse(p))]
     assert not bad, bad
     assert _nested_repeat(sre_parse.parse(r"(?:[A-Za-z]+\s*)+")) and not _nested_repeat(sre_parse.parse(r"\d+\s*x"))
+
+
+@pytest.fixture(scope="module")
+def audit_pool():
+    from a5core.grader.audit import AUDIT_PATH
+
+    with GraderPool(AUDIT_PATH, workers=1, timeout_s=pool_mod.SINGLE_CALL_TIMEOUT_S) as pool:
+        yield pool
+
+
+@fuzz(120)
+@given(answer=HOSTILE, gt=st.sampled_from(GT_POOL), rule=st.sampled_from(RULES))
+def test_the_audit_is_bounded_and_never_raises(audit_pool, answer, gt, rule):
+    """math-verify's parser, which the audit runs without its own timers, is bounded by the audit's pool: a hostile
+    answer comes back in time, as verdicts or as unaudited, never as an error."""
+    from a5core.grader.audit import verdicts
+
+    t = time.monotonic()
+    [reply] = audit_pool.map([wrap(answer, rule)], [(gt, rule)])
+    assert time.monotonic() - t < CALL_LIMIT_S + 5.0  # the bound, plus a worker restart after a kill
+    v = verdicts(reply)
+    assert reply.get("status") != "error", (answer, gt, rule, reply)
+    assert v["strict_reward"] in (0.0, 1.0, None) and v["verified"] in (0.0, 1.0, None), (answer, reply)

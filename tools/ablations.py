@@ -3,7 +3,9 @@
 - The summary compares every trained run with its own starting policy; an ablation asks another question (did
   no_baseline learn less than reinforce_baseline?). For each family (sft_runs, ei_runs, grpo_runs in params.yaml)
   the reference is its first-listed run, and each other run's final per-question scores (`validation.json` in its
-  model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions).
+  model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions). GRPO runs
+  with seed replicates (`replicates.grpo_seeds`) are compared by their means over the seeds, with a hierarchical
+  bootstrap over seeds, then questions (`a5core.replicates.hierarchical_test`).
 - Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.stats.holm`): a family of 11
   contrasts each tested at 5% finds a difference by chance about once in two families. Holm rather than a
   false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"),
@@ -22,7 +24,8 @@ import json
 from pathlib import Path
 
 from a5core.config import read_params
-from a5core.stats import holm, paired_test
+from a5core.replicates import hierarchical_interval, hierarchical_test
+from a5core.stats import holm, min_detectable_difference, paired_test
 from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
 
 FAMILIES = {"SFT": ("sft_runs", "sft_{}"), "EI": ("ei_runs", "ei_{}"), "GRPO": ("grpo_runs", "grpo_{}")}
@@ -34,18 +37,30 @@ def final_model(models: Path, folder: str) -> Path:
     return rounds[-1] if rounds else models / folder
 
 
-def contrast(models: Path, run: str, reference: str) -> dict:
-    """run - reference, paired over their common questions: accuracies, the difference, its interval and p."""
-    a, b = (json.loads((final_model(models, f) / "validation.json").read_text()) for f in (run, reference))
-    delta, lo, hi, p = paired_test(a["per_question"], b["per_question"])
+def replicates(models: Path, folder: str, seeds: tuple[int, ...] = ()) -> list[dict]:
+    """The final validation records of a run and of its seed replicates (`<folder>_seed<s>`, a5core/replicates.py)."""
+    folders = [folder, *(f"{folder}_seed{s}" for s in seeds)]
+    return [json.loads((final_model(models, f) / "validation.json").read_text()) for f in folders]
+
+
+def contrast(
+    models: Path, run: str, reference: str, seeds: tuple[int, ...] = (), ref_seeds: tuple[int, ...] = ()
+) -> dict:
+    """run - reference, paired over their common questions: mean accuracies over the seed replicates, the difference,
+    its interval and p (one seed each: the paired question bootstrap; more: the hierarchical one over seeds, then
+    questions)."""
+    a, b = replicates(models, run, seeds), replicates(models, reference, ref_seeds)
+    qa, qb = [r["per_question"] for r in a], [r["per_question"] for r in b]
+    delta, lo, hi, p = paired_test(qa[0], qb[0]) if len(a) == len(b) == 1 else hierarchical_test(qa, qb)
     return {
         "name": f"{run} − {reference}",
-        "accuracy": a["metrics"]["eval/accuracy"],
-        "reference": b["metrics"]["eval/accuracy"],
+        "accuracy": sum(r["metrics"]["eval/accuracy"] for r in a) / len(a),
+        "reference": sum(r["metrics"]["eval/accuracy"] for r in b) / len(b),
         "delta": (delta, lo, hi),
         "p": p,
-        "questions": len(set(a["per_question"]) & set(b["per_question"])),
-        "note": "" if a["protocol"] == b["protocol"] else "different prompt or protocol",
+        "questions": len(set(qa[0]) & set(qb[0])),
+        "seeds": len(a),
+        "note": "" if a[0]["protocol"] == b[0]["protocol"] else "different prompt or protocol",
     }
 
 
@@ -59,21 +74,53 @@ def _rows(family: list[dict]) -> list[str]:
         )
         out.append(
             f"| {c['name']} | {c['accuracy']:.3f} | {c['reference']:.3f} | {change} | {c['p']:.3f} | {adjusted:.3f} "
-            f"| {c['questions']} | {c['note']} |"
+            f"| {c['questions']} | {c['seeds']} | {c['note']} |"
         )
     return out
 
 
 def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
     lines = [
-        "| contrast | accuracy | reference accuracy | difference (95% CI) | p | Holm p | questions | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| contrast | accuracy | reference accuracy | difference (95% CI) | p | Holm p | questions | seeds | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for section, folder in FAMILIES.values():
+    reps = params.get("replicates") or {}
+
+    def seeds(family: str, run: str) -> tuple[int, ...]:
+        replicated = family == "GRPO" and run in (reps.get("grpo_runs") or ())
+        return tuple(reps.get("grpo_seeds") or ()) if replicated else ()
+
+    for family, (section, folder) in FAMILIES.items():
         names = list(params.get(section) or {})
-        lines += _rows([contrast(models, folder.format(n), folder.format(names[0])) for n in names[1:]])
+        ref = folder.format(names[0]) if names else ""
+        lines += _rows(
+            [contrast(models, folder.format(n), ref, seeds(family, n), seeds(family, names[0])) for n in names[1:]]
+        )
     lines += _rows([contrast(models, a, b) for a, b in pairs])
     return "\n".join(lines)
+
+
+def power_text(params: dict, models: Path) -> str:
+    """What the GRPO family's replicates can resolve: the seed SD they measured, and the smallest difference
+    between two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
+    reps = params.get("replicates") or {}
+    runs, seeds = list(reps.get("grpo_runs") or ()), tuple(reps.get("grpo_seeds") or ())
+    if not runs or not seeds:
+        return ""
+    records = {r: replicates(models, f"grpo_{r}", seeds) for r in runs}
+    h = {r: hierarchical_interval([x["per_question"] for x in recs]) for r, recs in records.items()}
+    sd = sum(x["seed_sd"] for x in h.values()) / len(h)
+    acc = sum(x["mean"] for x in h.values()) / len(h)
+    n, s = min(x["questions"] for x in h.values()), 1 + len(seeds)
+    k = records[runs[0]][0]["metrics"].get("count/samples_per_question", 1)
+    mde = min_detectable_difference(n, k, acc, seeds=s, seed_sd=sd)
+    spread = ", ".join(f"{r} {x['seed_sd']:.3f}" for r, x in h.items())
+    return (
+        f"\n\nPower (GRPO, {s} seeds): the replicated runs' accuracies vary between seeds with SD {spread} (mean "
+        f"{sd:.3f}); with {n} questions x {k} samples x {s} seeds at accuracy {acc:.2f}, a difference between two "
+        f"runs' seed means is resolved with 80% power from about {mde:.3f} (`python -m tools.power --accuracy "
+        f"{acc:.2f} --seed-sd {sd:.3f}` plans more seeds or questions)."
+    )
 
 
 def main() -> None:
@@ -86,10 +133,12 @@ def main() -> None:
     pairs = [tuple(p.split(":", 1)) for p in a.pair]
     text = (
         "# Ablation contrasts\n\nEach run's final validation against its family's reference run (the first listed), "
-        "paired over the same questions and sample seeds (bootstrap over questions, 95% intervals; p two-sided). ✓ "
+        "paired over the same questions and sample seeds (bootstrap over questions, 95% intervals; p two-sided; with "
+        "seed replicates, accuracies are means over the seeds and the bootstrap draws seeds, then questions). ✓ "
         "marks a contrast whose Holm-adjusted p (within its family) is below 0.05. Written by "
         "`python -m tools.ablations`.\n\n"
     ) + table(read_params(a.params), Path(a.models), pairs)
+    text += power_text(read_params(a.params), Path(a.models))
     Path(a.out).write_text(text + "\n")
     print(text)
 

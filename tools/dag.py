@@ -128,6 +128,8 @@ def _lines(key: str, value, pad: str) -> list[str]:
         if key == "params" and all(isinstance(e, str) for e in value) and len(flow) <= WIDTH:
             return [flow]
         return [f"{pad}{key}:", *(f"{pad}  - {_entry(e)}" for e in value)]
+    if isinstance(value, dict):  # a matrix: one `name: values` per line
+        return [f"{pad}{key}:", *(f"{pad}  {k}: {v}" for k, v in value.items())]
     return [f"{pad}{key}: {value}"]
 
 

@@ -69,9 +69,13 @@ def load_reward_fn(path: str) -> Callable:
 
 
 def detailed_grader(path: str) -> Callable[[str, object], dict]:
-    """(response, ground_truth) -> dict with the three rewards plus status/extracted/normalized columns."""
+    """(response, ground_truth) -> dict with the three rewards plus status/extracted/normalized columns (the audit's
+    path: (response, (ground_truth, prompt)) -> its verdicts, a5core.grader.audit)."""
+    from a5core.grader.audit import AUDIT_PATH, audit_inline
     from a5core.grader.reward import grade_inline
 
+    if path == AUDIT_PATH:
+        return audit_inline
     if path == SINGLE_CALL_PATH:
 
         def any_rule(response, packed):
@@ -151,10 +155,13 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _warm_up(path: str, grader: Callable) -> None:
     """Import everything (sympy, math-verify's parser) before the first timed item."""
+    from a5core.grader.audit import AUDIT_PATH
     from a5core.grader.reward import grade_inline
 
     grade_inline("</think> <answer>\\sin(\\frac{1}{2})</answer>", "\\sin(0.5)")
-    if path not in BUILTIN and path != SINGLE_CALL_PATH:
+    if path == AUDIT_PATH:
+        _grade_item(grader, "</think> <answer>\\frac{1}{2}</answer>", ("0.5", "r1_zero"))
+    elif path not in BUILTIN and path != SINGLE_CALL_PATH:
         _grade_item(grader, "</think> <answer>1</answer>", "1")
 
 
@@ -206,7 +213,11 @@ class _Slot:
 
 
 class GraderPool:
-    """A reusable pool: `with GraderPool(path, workers=2) as pool: pool.map(responses, gts)`."""
+    """A reusable pool: `with GraderPool(path, workers=2) as pool: pool.map(responses, gts)`.
+
+    `audit=True` gives it an auditor, a second pool of as many workers running the grader audit
+    (`pool.audit(...)`, a5core.grader.audit): its own processes and time bound, so a slow audit never costs a
+    response its reward."""
 
     def __init__(
         self,
@@ -214,19 +225,31 @@ class GraderPool:
         workers: int = 2,
         timeout_s: float = 5.0,
         memory_mb: int = 2048,
+        audit: bool = False,
     ):
+        from a5core.grader.audit import AUDIT_PATH
+
         load_reward_fn(reward_fn)  # fail fast in the parent on a bad path
         self.path, self.n, self.timeout_s, self.memory_mb = reward_fn, max(1, workers), timeout_s, memory_mb
         self.ctx = mp.get_context("spawn")
         self.slots: list[_Slot] = []
         self.batch = 0  # id of the current `map`, carried by every request and reply
+        self.auditor = GraderPool(AUDIT_PATH, workers, timeout_s, memory_mb) if audit else None
 
     def start(self) -> Self:
         """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
         (loading a model, generating); `map` waits for the ones it needs."""
         while len(self.slots) < self.n:
             self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
+        if self.auditor:
+            self.auditor.start()
         return self
+
+    def audit(self, responses: list[str], ground_truths: list, prompt: str) -> list[dict | None]:
+        """The audit's reply for each response (a5core.grader.audit.verdicts reads it); None each without an auditor."""
+        if self.auditor is None:
+            return [None] * len(responses)
+        return self.auditor.map(responses, [(g, prompt) for g in ground_truths])
 
     def __enter__(self) -> Self:
         return self.start()
@@ -235,6 +258,8 @@ class GraderPool:
         self.close()
 
     def close(self) -> None:
+        if self.auditor:
+            self.auditor.close()
         for slot in self.slots:
             try:
                 slot.conn.send(None)

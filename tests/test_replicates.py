@@ -1,0 +1,79 @@
+"""a5core.replicates: the hierarchical interval and test against hand-computed cases, the config's rules, and the
+replicate files the summary reads."""
+
+import json
+
+import pytest
+
+from a5core.config import ConfigError
+from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test, replicate_scores, score_matrix
+from a5core.stats import bootstrap_mean, paired_test
+
+QUESTIONS = [f"q{i}" for i in range(40)]
+
+
+def scores(correct: set[int]) -> dict[str, float]:
+    return {q: float(i in correct) for i, q in enumerate(QUESTIONS)}
+
+
+def test_one_seed_is_the_question_bootstrap():
+    run = scores(set(range(0, 40, 3)))  # 14 of 40
+    h = hierarchical_interval([run])
+    lo, hi = bootstrap_mean(list(run.values()))
+    assert h["mean"] == 14 / 40 and h["seeds"] == 1 and h["seed_sd"] == 0.0 and h["between_share"] == 0.0
+    assert abs(h["lo"] - lo) < 0.05 and abs(h["hi"] - hi) < 0.05  # another RNG, the same bootstrap
+
+
+def test_identical_seeds_have_no_seed_variance_and_different_ones_widen_the_interval():
+    run = scores(set(range(20)))
+    same = hierarchical_interval([run, run, run])
+    assert same["seed_sd"] == 0.0 and same["between_share"] == 0.0 and same["mean"] == 0.5
+    spread = [scores(set(range(4))), scores(set(range(20))), scores(set(range(36)))]  # 0.1, 0.5, 0.9
+    h = hierarchical_interval(spread)
+    assert h["mean"] == pytest.approx(0.5) and h["seed_sd"] == pytest.approx(0.4)  # SD of 0.1, 0.5, 0.9
+    # question-sampling variance of one run's mean: var over questions (ddof 1) / 40, averaged over the seeds
+    within = sum(p * (1 - p) * 40 / 39 / 40 for p in (0.1, 0.5, 0.9)) / 3
+    assert h["between_share"] == pytest.approx(0.16 / (0.16 + within))
+    assert h["hi"] - h["lo"] > same["hi"] - same["lo"] + 0.3  # the seed level dominates
+
+
+def test_the_hierarchical_test_reduces_to_the_paired_one_and_sees_seed_noise():
+    a, b = scores(set(range(30))), scores(set(range(10)))
+    delta, lo, hi, p = hierarchical_test([a], [b])
+    d2, lo2, hi2, p2 = paired_test(a, b)
+    assert delta == d2 == 0.5 and abs(lo - lo2) < 0.05 and abs(hi - hi2) < 0.05 and p == p2 == 0.0
+    assert hierarchical_test([a], [a])[3] == 1.0  # nothing differs
+    # the same mean difference, but one of the run's two seeds learned nothing: no longer resolved
+    delta, lo, hi, p = hierarchical_test([scores(set(range(30))), b], [b, b])
+    assert delta == pytest.approx(0.25) and lo <= 0 and p > 0.05
+
+
+def test_replicates_are_compared_on_the_questions_all_of_them_measured():
+    m = score_matrix([{"a": 1.0, "b": 0.0, "c": 1.0}, {"c": 0.0, "a": 1.0}])
+    assert m.tolist() == [[1.0, 1.0], [1.0, 0.0]]  # a, c in the first's order
+    with pytest.raises(ValueError, match="share no question"):
+        score_matrix([{"a": 1.0}, {"b": 1.0}])
+
+
+def test_the_config_refuses_a_repeated_seed_or_run():
+    assert ReplicatesConfig().grpo_seeds == () and not ReplicatesConfig(("a",), (1, 2)).problems()
+    with pytest.raises(ConfigError, match="grpo_seeds .* repeats an entry"):
+        ReplicatesConfig(("a",), (1, 1)).validate()
+
+
+def test_check_params_refuses_a_replicate_of_a_run_that_does_not_exist(tmp_path):
+    from a5core.inputs import replicate_problems
+
+    params = {"grpo_runs": {"a": {}}, "replicates": {"grpo_runs": ["a", "b"], "grpo_seeds": [1]}}
+    assert replicate_problems(params) == ["replicates.grpo_runs: 'b' is not a grpo_runs entry (['a'])"]
+
+
+def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
+    for folder, acc in (("r", 1.0), ("r/seed_3", 0.0), ("r/seed_9", 0.5)):  # seed 9: no longer configured
+        (tmp_path / "grpo" / folder).mkdir(parents=True)
+        record = {"per_question": {"q": acc}}
+        (tmp_path / "grpo" / folder / "validation.json").write_text(json.dumps(record))
+    assert replicate_scores(tmp_path, ReplicatesConfig(("r",), (3,))) == {"r": [{"q": 1.0}, {"q": 0.0}]}
+    assert replicate_scores(tmp_path, ReplicatesConfig(("r",), ())) == {}  # no extra seed: no replicate table
+    with pytest.raises(FileNotFoundError, match="seed_4"):
+        replicate_scores(tmp_path, ReplicatesConfig(("r",), (3, 4)))
