@@ -144,6 +144,7 @@ def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
         _curve(axes[2], rows, "round", "eval/audit_unconfirmed", f"{k}: validation")
     _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
     _axes(axes[1], "EI round (0 = starting policy)", "mean token entropy (nats)", "Expert Iteration: response entropy")
+    axes[2].set_ylim(0, max(0.05, axes[2].get_ylim()[1]))
     _axes(axes[2], "EI round (0 = starting policy)", AUDIT, "paid, refused by an auditor (grader audit)")
     name = _save(fig, out, "ei.png")
     return [Result("EI", k, _metrics(d), name, f"{int(_metrics(d).get('round', 0))} rounds") for k, d in dirs.items()]
@@ -169,6 +170,8 @@ def grpo_panels(dirs: dict[str, Path], out: Path, name: str, title: str) -> str:
     for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS, strict=True):
         for k in dirs:
             _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
+        if ylabel == AUDIT:  # a share: from 0, and a visible range when every value is 0
+            ax.set_ylim(0, max(0.05, ax.get_ylim()[1]))
         _axes(ax, xlabel, ylabel, panel)
     fig.suptitle(title)
     return _save(fig, out, name)

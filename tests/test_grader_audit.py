@@ -125,6 +125,6 @@ def test_the_audit_table_reads_grpo_and_ei_logs(tmp_path):
     lines = table(tmp_path).splitlines()
     assert lines[2] == (
         "| grpo r | 0.600 (max 0.700) | 0.100 (max 0.100) | 0.000 (max 0.000) | 0.100 (max 0.100) | 0.250 | — | — "
-        "| 0.050 | 1 of 2 |"
+        "| 0.050 (max 0.050) | 1 of 2 |"
     )
     assert lines[3].startswith("| ei G4 | — | — | — | 0.500 (max 0.500) | 0.200 |") and lines[3].endswith("| 0 of 0 |")

@@ -1,10 +1,10 @@
 """The grader audit of a finished DAG, one table: `python -m tools.audit [--results results]`.
 
 - For each GRPO run (results/grpo/<run>/logs) and EI run (its last round's rounds.csv): the audit's shares on the
-  rollouts (mean over steps or rounds, and the largest) and on the final validation, beside the reward and accuracy
-  they qualify (a5core/grader/audit.py defines each share).
-- How many of the top-reward completions kept at the validations (completions.jsonl, `"shown": "top_reward"`) the
-  strict rule or math-verify disagrees with: the ones to read first.
+  rollouts and on the validations (each the mean over steps or rounds, and the largest), beside the reward and the
+  final accuracy they qualify (a5core/grader/audit.py defines each share).
+- How many of the top-reward completions kept at the validations (completions.jsonl, `"shown": "top_reward"`; EI: the
+  last round's) the strict rule or math-verify disagrees with: the ones to read first.
 """
 
 from __future__ import annotations
@@ -38,31 +38,30 @@ def _flagged(logs: Path) -> str:
     return f"{len(bad)} of {len(top)}"
 
 
-def run_rows(results: Path) -> list[tuple[str, list[dict], dict, Path]]:
-    """(name, rollout rows, final validation row, logs folder) of every GRPO run and every EI run's last round."""
+def run_rows(results: Path) -> list[tuple[str, list[dict], list[dict], Path]]:
+    """(name, rollout rows, validation rows, logs folder) of every GRPO run and every EI run's last round."""
     out = []
     for logs in sorted((results / "grpo").glob("*/logs")) + sorted((results / "grpo").glob("*/seed_*/logs")):
         train, evals = read_rows(logs, "train"), read_rows(logs, "eval")
-        out.append((f"grpo {logs.parent.relative_to(results / 'grpo')}", train, evals[-1] if evals else {}, logs))
+        out.append((f"grpo {logs.parent.relative_to(results / 'grpo')}", train, evals, logs))
     for run in sorted(p for p in (results / "ei").glob("*") if p.is_dir()):
         last = max(run.glob("round_*"), key=lambda p: int(p.name.split("_")[1]), default=None)
         rounds = read_log(last / "logs" / "rounds.csv") if last else []
         if rounds:
-            out.append((f"ei {run.name}", rounds[1:], rounds[-1], last / "logs"))
+            out.append((f"ei {run.name}", rounds[1:], rounds, last / "logs"))
     return out
 
 
 def table(results: Path) -> str:
     names = [n for n in AUDIT_NAMES if n in SHORT]
-    head = ["run", "rollout reward", *(f"rollouts {SHORT[n]}" for n in names), "accuracy"]
-    head += [f"validation {SHORT[n]}" for n in names] + ["top-reward completions flagged"]
+    head = ["run", "rollout reward", *(f"rollouts {SHORT[n]}" for n in names), "final accuracy"]
+    head += [f"validations {SHORT[n]}" for n in names] + ["top-reward completions flagged"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, rollouts, final, logs in run_rows(results):
-        reward = "rollout/reward" if any("rollout/reward" in r for r in rollouts) else "count/correct"
-        cells = [name, _cell(rollouts, reward) if reward == "rollout/reward" else "—"]
+    for name, rollouts, evals, logs in run_rows(results):
+        cells = [name, _cell(rollouts, "rollout/reward")]  # EI's rounds log no reward mean: —
         cells += [_cell(rollouts, f"rollout/{n}") for n in names]
-        cells += [f"{final.get('eval/accuracy', float('nan')):.3f}"]
-        cells += [_cell([final], f"eval/{n}").split(" (")[0] for n in names] + [_flagged(logs)]
+        cells += [f"{evals[-1].get('eval/accuracy', float('nan')):.3f}" if evals else "—"]
+        cells += [_cell(evals, f"eval/{n}") for n in names] + [_flagged(logs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
