@@ -1,4 +1,4 @@
-"""Seed replicates: every GRPO run repeated over more training seeds, and what the replicates together show.
+"""Seed replicates: chosen GRPO runs repeated over more training seeds, and what the replicates together show.
 
 - `ReplicatesConfig`, the `replicates` params section: `grpo_seeds` lists the extra seeds, `grpo_runs` the runs to
   repeat. dvc.yaml's `grpo_replicate` stage is a matrix over the two: `grpo_replicate@<run>-<seed>` is the run with
