@@ -69,11 +69,11 @@ WORK = {"baseline_eval": _baseline, "sft": _sft, "ei_round": _ei, "grpo": _grpo}
 
 
 def family(stage: str) -> tuple[str, str]:
-    """("grpo", "lr_1e-5") for "grpo@lr_1e-5" and for its seed replicate "grpo_replicate@lr_1e-5-2", ("ei_round",
-    "G4") for "ei_round_3@G4", (stage, "") otherwise."""
+    """("grpo", "lr_1e-5") for "grpo@lr_1e-5" and for its seed replicate "grpo_replicate@lr_1e-5-2" (sft alike),
+    ("ei_round", "G4") for "ei_round_3@G4", (stage, "") otherwise."""
     name, _, run = stage.partition("@")
-    if name == "grpo_replicate":  # the run's work: a replicate differs from it only in grpo.seed
-        return "grpo", run.rpartition("-")[0]
+    if name.endswith("_replicate"):  # the run's work: a replicate differs from it only in its seed
+        return name.removesuffix("_replicate"), run.rpartition("-")[0]
     return ("ei_round" if name.startswith("ei_round_") else name), run
 
 

@@ -221,7 +221,12 @@ def problems(params: dict, path: str | Path) -> list[str]:
 
 
 def replicate_problems(params: dict) -> list[str]:
-    """Seed replicates of GRPO runs that grpo_runs does not have (a5core/replicates.py)."""
-    wanted = (params.get("replicates") or {}).get("grpo_runs") or []
-    runs = params.get("grpo_runs") or {}
-    return [f"replicates.grpo_runs: {r!r} is not a grpo_runs entry ({sorted(runs)})" for r in wanted if r not in runs]
+    """Seed replicates of runs that sft_runs / grpo_runs do not have (a5core/replicates.py)."""
+    out = []
+    for section in ("sft_runs", "grpo_runs"):
+        runs = params.get(section) or {}
+        wanted = (params.get("replicates") or {}).get(section) or []
+        out += [
+            f"replicates.{section}: {r!r} is not a {section} entry ({sorted(runs)})" for r in wanted if r not in runs
+        ]
+    return out

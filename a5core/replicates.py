@@ -1,11 +1,13 @@
-"""Seed replicates: chosen GRPO runs repeated over more training seeds, and what the replicates together show.
+"""Seed replicates: chosen SFT and GRPO runs repeated over more training seeds, and what the replicates show together.
 
-- `ReplicatesConfig`, the `replicates` params section: `grpo_seeds` lists the extra seeds, `grpo_runs` the runs to
-  repeat. dvc.yaml's `grpo_replicate` stage is a matrix over the two: `grpo_replicate@<run>-<seed>` is the run with
-  `grpo.seed` replaced, its own stage, model folder (`models/grpo_<run>_seed<seed>`) and results
-  (`results/grpo/<run>/seed_<seed>/`), so the cache and resume work per replicate, and adding a seed reruns nothing
-  that ran. The run itself (its own `grpo.seed`) is the first replicate. The seed drives the rollouts' questions,
-  samples and order (a5core.seeds), not the validation, whose questions and sample seeds stay fixed.
+- `ReplicatesConfig`, the `replicates` params section: `seeds` lists the extra seeds, `sft_runs` and `grpo_runs` the
+  runs to repeat. dvc.yaml's `sft_replicate` and `grpo_replicate` stages are matrices over runs x seeds:
+  `grpo_replicate@<run>-<seed>` is the run with `grpo.seed` replaced (`sft.seed` for SFT), its own stage, model
+  folder (`models/grpo_<run>_seed<seed>`) and results (`results/grpo/<run>/seed_<seed>/`), so the cache and resume
+  work per replicate, and adding a seed reruns nothing that ran. The run itself (its own seed) is the first
+  replicate. GRPO's seed drives the rollouts' questions, samples and order, SFT's the choice and order of its
+  examples (a5core.seeds); neither the validation, whose questions and sample seeds stay fixed. EI runs have none
+  (a replicate would be a chain of rounds).
 - `hierarchical_interval`: the mean accuracy over a run's replicates with a 95% interval that resamples seeds, then
   questions, and how much of one run's variance is between seeds; `hierarchical_test`: a difference of two runs'
   replicate means with its interval and p (tools/ablations.py; with one seed each, the paired question bootstrap).
@@ -22,18 +24,29 @@ import numpy as np
 from a5core.config import Section
 from a5core.stats import N_BOOTSTRAP
 
+FAMILIES = {"SFT": "sft", "GRPO": "grpo"}  # the summary's method -> the family's stage, folder and runs section
+
 
 @dataclass(frozen=True)
 class ReplicatesConfig(Section):
-    grpo_runs: tuple[str, ...] = ()  # grpo_runs entries to repeat over grpo_seeds (stage grpo_replicate@<run>-<seed>)
-    grpo_seeds: tuple[int, ...] = ()  # the extra training seeds (grpo.seed replaced; the run itself is the first)
+    seeds: tuple[int, ...] = ()  # the extra training seeds (the family's seed replaced; the run itself is the first)
+    sft_runs: tuple[str, ...] = ()  # sft_runs entries to repeat over seeds (stage sft_replicate@<run>-<seed>)
+    grpo_runs: tuple[str, ...] = ()  # grpo_runs entries to repeat over seeds (stage grpo_replicate@<run>-<seed>)
 
     def problems(self) -> list[str]:
         return [
             f"{name} {list(values)} repeats an entry (a replicate would run twice)"
-            for name, values in (("grpo_runs", self.grpo_runs), ("grpo_seeds", self.grpo_seeds))
+            for name, values in (("seeds", self.seeds), ("sft_runs", self.sft_runs), ("grpo_runs", self.grpo_runs))
             if len(set(values)) != len(values)
         ]
+
+    def runs(self, family: str) -> tuple[str, ...]:
+        """The replicated runs of `family` ("sft" or "grpo"; none for another); none without extra seeds."""
+        return getattr(self, f"{family}_runs", ()) if self.seeds else ()
+
+    def stages(self) -> set[str]:
+        """The replicate stages these settings give (dvc.yaml's matrices)."""
+        return {f"{fam}_replicate@{r}-{s}" for fam in FAMILIES.values() for r in self.runs(fam) for s in self.seeds}
 
 
 def score_matrix(replicates: list[dict[str, float]]) -> np.ndarray:
@@ -99,15 +112,16 @@ def hierarchical_test(
     return delta, lo, hi, min(1.0, 2 * far / n_boot)
 
 
-def replicate_scores(results: Path, cfg: ReplicatesConfig) -> dict[str, list[dict[str, float]]]:
-    """Each replicated GRPO run's final per-question scores, the run's own first, then each configured seed's
-    (`results/grpo/<run>/[seed_<s>/]validation.json`, written by stages/grpo.py); folders of seeds or runs no longer
-    configured are not read."""
+def replicate_scores(results: Path, cfg: ReplicatesConfig) -> dict[tuple[str, str], list[dict[str, float]]]:
+    """{(method, run): final per-question scores} of each replicated run, the run's own first, then each configured
+    seed's (`results/<family>/<run>/[seed_<s>/]validation.json`, written by stages/sft.py and stages/grpo.py);
+    folders of seeds or runs no longer configured are not read."""
     out = {}
-    for run in cfg.grpo_runs if cfg.grpo_seeds else ():
-        folders = [results / "grpo" / run, *(results / "grpo" / run / f"seed_{s}" for s in cfg.grpo_seeds)]
-        missing = [str(f / "validation.json") for f in folders if not (f / "validation.json").exists()]
-        if missing:
-            raise FileNotFoundError(f"no final validation for configured GRPO runs or replicates: {missing}")
-        out[run] = [json.loads((f / "validation.json").read_text())["per_question"] for f in folders]
+    for method, fam in FAMILIES.items():
+        for run in cfg.runs(fam):
+            folders = [results / fam / run, *(results / fam / run / f"seed_{s}" for s in cfg.seeds)]
+            missing = [str(f / "validation.json") for f in folders if not (f / "validation.json").exists()]
+            if missing:
+                raise FileNotFoundError(f"no final validation for configured runs or replicates: {missing}")
+            out[(method, run)] = [json.loads((f / "validation.json").read_text())["per_question"] for f in folders]
     return out

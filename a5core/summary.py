@@ -1,6 +1,6 @@
 """`reports/summary.md`: every method's validation accuracy with its 95% interval, the paired change of every trained
 run from its starting policy, which changes the protocol resolves, and what it can and cannot resolve; with seed
-replicates, each GRPO run's mean over its seeds with a hierarchical interval (a5core.replicates)."""
+replicates, each replicated run's mean over its seeds with a hierarchical interval (a5core.replicates)."""
 
 from __future__ import annotations
 
@@ -72,28 +72,28 @@ def protocol_text(results: list[Result], validation_set: str = "") -> list[str]:
     ]
 
 
-def replicates_text(intervals: dict[str, dict]) -> list[str]:
-    """The seed-replicate table: each run with more than one training seed, its mean accuracy over them with the
-    hierarchical interval (a5core.replicates.hierarchical_interval) and the share of variance between seeds."""
-    rows = {run: h for run, h in intervals.items() if h["seeds"] > 1}
+def replicates_text(intervals: dict[tuple[str, str], dict]) -> list[str]:
+    """The seed-replicate table: each (method, run) with more than one training seed, its mean accuracy over them with
+    the hierarchical interval (a5core.replicates.hierarchical_interval) and the share of variance between seeds."""
+    rows = {key: h for key, h in intervals.items() if h["seeds"] > 1}
     if not rows:
         return []
     lines = [
         "",
-        "Seed replicates (replicates.grpo_seeds): each GRPO run's mean accuracy over its training seeds, with a 95% "
+        "Seed replicates (`replicates`): each replicated run's mean accuracy over its training seeds, with a 95% "
         "interval from a hierarchical bootstrap (seeds drawn with replacement, then questions). The seed SD is the "
         "standard deviation of the replicates' accuracies; the between-seed share is the seed variance over the seed "
         "plus question-sampling variance of one run's accuracy: near 1, another seed moves a run more than the "
         "interval over questions says. With few seeds the seed level of the interval is coarse (3 seeds: 10 "
         "distinct draws).",
         "",
-        "| run | seeds | mean accuracy (95% CI, seeds and questions) | seed SD | between-seed share |",
-        "|---|---|---|---|---|",
+        "| method | run | seeds | mean accuracy (95% CI, seeds and questions) | seed SD | between-seed share |",
+        "|---|---|---|---|---|---|",
     ]
-    for run, h in rows.items():
+    for (method, run), h in rows.items():
         lines.append(
-            f"| {run} | {h['seeds']} | {h['mean']:.3f} ({h['lo']:.3f}–{h['hi']:.3f}) | {h['seed_sd']:.3f} | "
-            f"{h['between_share']:.2f} |"
+            f"| {method} | {run} | {h['seeds']} | {h['mean']:.3f} ({h['lo']:.3f}–{h['hi']:.3f}) | {h['seed_sd']:.3f} "
+            f"| {h['between_share']:.2f} |"
         )
     return lines
 
@@ -122,7 +122,7 @@ def summary_markdown(
     notes: list[str] | None = None,
     records: list[dict] | None = None,
     validation_set: str = "",
-    replicates: dict[str, dict] | None = None,
+    replicates: dict[tuple[str, str], dict] | None = None,
 ) -> str:
     lines = [
         "# Summary",

@@ -17,8 +17,7 @@ def dag_stages(runs: dict, grpo: dict, ei_last: str, reps: ReplicatesConfig) -> 
     """The stage names of the configured DAG: the summary's "Made on" line counts only their run records."""
     rounds = int(re.search(r"round_(\d+)", ei_last).group(1))
     ei = {f"ei_round_{k}@{r}" for r in runs["ei"] for k in range(1, rounds + 1)}
-    replicates = {f"grpo_replicate@{r}-{s}" for r in reps.grpo_runs for s in reps.grpo_seeds}
-    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *replicates} | {
+    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *reps.stages()} | {
         f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
     }
 
@@ -30,7 +29,7 @@ def main() -> None:
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
     results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei)
     reps = load_section(ReplicatesConfig, "replicates", args.params)
-    replicates = {run: hierarchical_interval(s) for run, s in replicate_scores(Path(args.results), reps).items()}
+    replicates = {key: hierarchical_interval(s) for key, s in replicate_scores(Path(args.results), reps).items()}
     dag = dag_stages(runs, grpo, args.ei, reps)
     records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)

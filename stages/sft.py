@@ -1,23 +1,32 @@
-"""Stage sft@<run>: SFT on the first N traces of a fixed shuffle (or all filtered traces)."""
+"""Stage sft@<run>: SFT on the first N traces of a fixed shuffle (or all filtered traces); with `--seed`, stage
+sft_replicate@<run>-<seed>: the same run with sft.seed replaced, which picks and orders its examples
+(a5core/replicates.py)."""
+
+import dataclasses
+from pathlib import Path
 
 from a5core import stage
+from a5core.artifacts import write_json
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import SFTRun, from_dict, load_section, read_params
-from a5core.pipeline import Snapshots, training_stage, write_results
+from a5core.pipeline import Snapshots, training_stage, validation_record, write_results
 from a5core.runinfo import write_run_record
 from a5core.sft import SFTConfig, train_sft
 from a5core.sft_data import select_examples
 
 
 def main() -> None:
-    args = stage.args(
-        "run", "model", "data", "validation", "initial", "out", "metrics", "live", "logs", "scratch", "record"
-    )
+    names = ("run", "model", "data", "validation", "initial", "out", "metrics", "live", "logs", "scratch", "record")
+    args = stage.args(*names, seed=int)
     cfg = load_section(SFTConfig, "sft", args.params)
+    if args.seed is not None:  # a seed replicate of the run
+        cfg = dataclasses.replace(cfg, seed=args.seed)
     run = from_dict(SFTRun, read_params(args.params)["sft_runs"][args.run] or {}, f"sft_runs.{args.run}")
+    if Path(args.data).is_dir():  # the data folder (a replicate's stage cannot name the run's file): its traces in it
+        args.data = str(Path(args.data) / f"{run.data}.parquet")
     traces = stage.rows(args.data, ["unique_id", "prompt", "response"])  # checked before the model loads
     rows = select_examples(traces, run.examples, cfg.seed)
-    name = f"sft@{args.run}"
+    name = f"sft@{args.run}" if args.seed is None else f"sft_replicate@{args.run}-{args.seed}"
     with training_stage(args, name, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial) as ts:
         inputs = {"model": args.model, "data": args.data, "validation": args.validation}
         params = {"sft": cfg, "run": run, "validation": ts.start.validation, **ts.start.numerics()}
@@ -38,6 +47,8 @@ def main() -> None:
     ts.save(args.out, final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
         write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
+        # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
+        write_json(validation_record(final, ts.protocol), Path(args.metrics).with_name("validation.json"))
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return

@@ -51,7 +51,7 @@ def test_families_use_their_first_run_as_reference_and_the_last_ei_round(tmp_pat
 
 
 def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
-    """With replicates.grpo_seeds, a GRPO contrast compares the means over each run's seeds (hierarchical bootstrap);
+    """With replicates.seeds, a GRPO contrast compares the means over each run's seeds (hierarchical bootstrap);
     the reference's replicates are read as well, and the row says how many seeds."""
     ref = {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0}
     _model(tmp_path / "grpo_ref", ref)
@@ -62,14 +62,13 @@ def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
     assert c["seeds"] == 2 and c["accuracy"] == (0.875 + 0.25) / 2 and c["reference"] == 0.25
     assert c["delta"][0] == 0.3125 and c["delta"][1] <= 0 and c["p"] > 0.05  # one seed of two moved: not resolved
     text = table(
-        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["ref", "a"], "grpo_seeds": [1]}}, tmp_path, []
+        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}, tmp_path, []
     )
     assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in text and "| 4 | 2 |" in text
-    only_a = table(
-        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["a"], "grpo_seeds": [1]}}, tmp_path, []
-    )
+    only_a = table({"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["a"], "seeds": [1]}}, tmp_path, [])
     assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in only_a  # the reference: its own run alone (0.25)
-    power = power_text({"replicates": {"grpo_runs": ["ref", "a"], "grpo_seeds": [1]}}, tmp_path)
+    power = power_text({"replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}, tmp_path)
     # seed SDs: ref 0 (two equal replicates), a 0.4419 (0.875 and 0.25, ddof 1); 4 questions x 1 sample x 2 seeds
     assert "SD ref 0.000, a 0.442 (mean 0.221)" in power and "4 questions x 1 samples x 2 seeds" in power
-    assert power_text({"replicates": {"grpo_runs": [], "grpo_seeds": [1]}}, tmp_path) == ""
+    assert "Power (GRPO, 2 seeds)" in power and "Power (SFT" not in power
+    assert power_text({"replicates": {"grpo_runs": [], "seeds": [1]}}, tmp_path) == ""

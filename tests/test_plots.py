@@ -114,8 +114,9 @@ def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
     assert "Seed replicates" not in md  # one seed per run: no replicate table
     one = {"mean": 0.6, "lo": 0.4, "hi": 0.8, "seeds": 1, "seed_sd": 0.0, "between_share": 0.0}
     three = {"mean": 0.55, "lo": 0.3, "hi": 0.75, "seeds": 3, "seed_sd": 0.0812, "between_share": 0.456}
-    md = summary_markdown(results, "figures", replicates={"r": three, "lr": one})
-    assert "Seed replicates" in md and "| r | 3 | 0.550 (0.300–0.750) | 0.081 | 0.46 |" in md and "| lr |" not in md
+    md = summary_markdown(results, "figures", replicates={("GRPO", "r"): three, ("GRPO", "lr"): one})
+    assert "Seed replicates" in md and "| GRPO | r | 3 | 0.550 (0.300–0.750) | 0.081 | 0.46 |" in md
+    assert "| GRPO | lr |" not in md
 
 
 def test_ablation_groups_come_from_the_overrides():

@@ -56,24 +56,39 @@ def test_replicates_are_compared_on_the_questions_all_of_them_measured():
 
 
 def test_the_config_refuses_a_repeated_seed_or_run():
-    assert ReplicatesConfig().grpo_seeds == () and not ReplicatesConfig(("a",), (1, 2)).problems()
-    with pytest.raises(ConfigError, match="grpo_seeds .* repeats an entry"):
-        ReplicatesConfig(("a",), (1, 1)).validate()
+    assert ReplicatesConfig().seeds == () and not ReplicatesConfig(seeds=(1, 2), grpo_runs=("a",)).problems()
+    with pytest.raises(ConfigError, match="seeds .* repeats an entry"):
+        ReplicatesConfig(seeds=(1, 1), grpo_runs=("a",)).validate()
+    with pytest.raises(ConfigError, match="sft_runs .* repeats an entry"):
+        ReplicatesConfig(seeds=(1,), sft_runs=("a", "a")).validate()
 
 
 def test_check_params_refuses_a_replicate_of_a_run_that_does_not_exist(tmp_path):
     from a5core.inputs import replicate_problems
 
-    params = {"grpo_runs": {"a": {}}, "replicates": {"grpo_runs": ["a", "b"], "grpo_seeds": [1]}}
-    assert replicate_problems(params) == ["replicates.grpo_runs: 'b' is not a grpo_runs entry (['a'])"]
+    params = {"grpo_runs": {"a": {}}, "sft_runs": {"s": {}}, "replicates": {"grpo_runs": ["a", "b"], "sft_runs": ["t"]}}
+    assert replicate_problems(params) == [
+        "replicates.sft_runs: 't' is not a sft_runs entry (['s'])",
+        "replicates.grpo_runs: 'b' is not a grpo_runs entry (['a'])",
+    ]
 
 
 def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
-    for folder, acc in (("r", 1.0), ("r/seed_3", 0.0), ("r/seed_9", 0.5)):  # seed 9: no longer configured
-        (tmp_path / "grpo" / folder).mkdir(parents=True)
-        record = {"per_question": {"q": acc}}
-        (tmp_path / "grpo" / folder / "validation.json").write_text(json.dumps(record))
-    assert replicate_scores(tmp_path, ReplicatesConfig(("r",), (3,))) == {"r": [{"q": 1.0}, {"q": 0.0}]}
-    assert replicate_scores(tmp_path, ReplicatesConfig(("r",), ())) == {}  # no extra seed: no replicate table
+    for folder, acc in (
+        ("grpo/r", 1.0),
+        ("grpo/r/seed_3", 0.0),
+        ("grpo/r/seed_9", 0.5),
+        ("sft/s", 0.25),
+        ("sft/s/seed_3", 0.75),
+    ):
+        (tmp_path / folder).mkdir(parents=True)  # seed 9: no longer configured
+        (tmp_path / folder / "validation.json").write_text(json.dumps({"per_question": {"q": acc}}))
+    cfg = ReplicatesConfig(seeds=(3,), sft_runs=("s",), grpo_runs=("r",))
+    assert replicate_scores(tmp_path, cfg) == {
+        ("SFT", "s"): [{"q": 0.25}, {"q": 0.75}],
+        ("GRPO", "r"): [{"q": 1.0}, {"q": 0.0}],
+    }
+    assert cfg.stages() == {"sft_replicate@s-3", "grpo_replicate@r-3"}
+    assert replicate_scores(tmp_path, ReplicatesConfig(grpo_runs=("r",))) == {}  # no extra seed: no replicate table
     with pytest.raises(FileNotFoundError, match="seed_4"):
-        replicate_scores(tmp_path, ReplicatesConfig(("r",), (3, 4)))
+        replicate_scores(tmp_path, ReplicatesConfig(seeds=(3, 4), grpo_runs=("r",)))

@@ -253,27 +253,26 @@ def check_stage_profile(work: Path, run) -> None:
 
 
 def check_seed_replicates(work: Path, run) -> None:
-    """replicates.grpo_seeds adds one stage per GRPO run and seed, and reruns nothing that ran; the summary gives each
-    run's mean over its seeds with the hierarchical interval, and tools.ablations compares the means."""
-    r = run(
-        "dvc",
-        "exp",
-        "run",
-        "-S",
+    """`replicates` adds one stage per listed SFT or GRPO run and seed, and reruns nothing that ran; the summary gives
+    each run's mean over its seeds with the hierarchical interval, and tools.ablations compares the means."""
+    sets = [
+        "replicates.seeds=[1]",
+        "replicates.sft_runs=[full]",
         "replicates.grpo_runs=[reinforce_baseline,no_baseline]",
-        "-S",
-        "replicates.grpo_seeds=[1]",
-    )
+    ]
+    r = run("dvc", "exp", "run", *(arg for s in sets for arg in ("-S", s)))
     ok(r)
-    replicas = {"grpo_replicate@reinforce_baseline-1", "grpo_replicate@no_baseline-1"}
+    replicas = {"sft_replicate@full-1", "grpo_replicate@reinforce_baseline-1", "grpo_replicate@no_baseline-1"}
     # baseline_eval too: `dvc exp run` composes params.yaml from conf/ afresh, undoing the workspace's eval.max_tokens
     assert ran_stages(r) - {"check_params"} == replicas | {"plots", "baseline_eval"}, ran_stages(r)
     folder = work / "results" / "grpo" / "no_baseline" / "seed_1"
     assert read_run_record(folder / "run_record.json")["stage"] == "grpo_replicate@no_baseline-1"
     assert json.loads((work / "models" / "grpo_no_baseline_seed1" / "provenance.json").read_text())
     assert json.loads((folder / "validation.json").read_text())["per_question"]
+    sft = [json.loads((work / "results" / "sft" / "full" / f / "details.json").read_text()) for f in ("", "seed_1")]
+    assert sft[0]["examples"] == sft[1]["examples"]  # the same traces, in another seed's order
     summary = (work / "reports" / "summary.md").read_text()
-    assert "Seed replicates" in summary and "| no_baseline | 2 | " in summary, summary
+    assert "Seed replicates" in summary and "| GRPO | no_baseline | 2 | " in summary and "| SFT | full | 2 |" in summary
     ok(run(sys.executable, "-m", "tools.ablations", "--out", str(work.parent / "ablations.md")))
     rows = (work.parent / "ablations.md").read_text()
     assert "| grpo_no_baseline − grpo_reinforce_baseline |" in rows and "| 2 |" in rows, rows

@@ -3,9 +3,9 @@
 - The summary compares every trained run with its own starting policy; an ablation asks another question (did
   no_baseline learn less than reinforce_baseline?). For each family (sft_runs, ei_runs, grpo_runs in params.yaml)
   the reference is its first-listed run, and each other run's final per-question scores (`validation.json` in its
-  model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions). GRPO runs
-  with seed replicates (`replicates.grpo_seeds`) are compared by their means over the seeds, with a hierarchical
-  bootstrap over seeds, then questions (`a5core.replicates.hierarchical_test`).
+  model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions). Runs with
+  seed replicates (`replicates`) are compared by their means over the seeds, with a hierarchical bootstrap over
+  seeds, then questions (`a5core.replicates.hierarchical_test`), and a power line says what the replicates resolve.
 - Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.stats.holm`): a family of 11
   contrasts each tested at 5% finds a difference by chance about once in two families. Holm rather than a
   false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"),
@@ -23,8 +23,8 @@ import argparse
 import json
 from pathlib import Path
 
-from a5core.config import read_params
-from a5core.replicates import hierarchical_interval, hierarchical_test
+from a5core.config import from_dict, read_params
+from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test
 from a5core.stats import holm, min_detectable_difference, paired_test
 from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
 
@@ -84,30 +84,36 @@ def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
         "| contrast | accuracy | reference accuracy | difference (95% CI) | p | Holm p | questions | seeds | note |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    reps = params.get("replicates") or {}
+    reps = replicate_config(params)
 
-    def seeds(family: str, run: str) -> tuple[int, ...]:
-        replicated = family == "GRPO" and run in (reps.get("grpo_runs") or ())
-        return tuple(reps.get("grpo_seeds") or ()) if replicated else ()
+    def seeds(section: str, run: str) -> tuple[int, ...]:  # a family's replicated runs (sft_runs, grpo_runs)
+        return reps.seeds if run in reps.runs(section.removesuffix("_runs")) else ()
 
-    for family, (section, folder) in FAMILIES.items():
+    for section, folder in FAMILIES.values():
         names = list(params.get(section) or {})
         ref = folder.format(names[0]) if names else ""
         lines += _rows(
-            [contrast(models, folder.format(n), ref, seeds(family, n), seeds(family, names[0])) for n in names[1:]]
+            [contrast(models, folder.format(n), ref, seeds(section, n), seeds(section, names[0])) for n in names[1:]]
         )
     lines += _rows([contrast(models, a, b) for a, b in pairs])
     return "\n".join(lines)
 
 
+def replicate_config(params: dict) -> ReplicatesConfig:
+    return from_dict(ReplicatesConfig, params.get("replicates") or {}, "replicates")
+
+
 def power_text(params: dict, models: Path) -> str:
-    """What the GRPO family's replicates can resolve: the seed SD they measured, and the smallest difference
-    between two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
-    reps = params.get("replicates") or {}
-    runs, seeds = list(reps.get("grpo_runs") or ()), tuple(reps.get("grpo_seeds") or ())
-    if not runs or not seeds:
+    """What each family's replicates can resolve: the seed SD they measured, and the smallest difference between
+    two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
+    reps = replicate_config(params)
+    return "".join(_power(family, reps.runs(family), reps.seeds, models) for family in ("sft", "grpo"))
+
+
+def _power(family: str, runs: tuple[str, ...], seeds: tuple[int, ...], models: Path) -> str:
+    if not runs:
         return ""
-    records = {r: replicates(models, f"grpo_{r}", seeds) for r in runs}
+    records = {r: replicates(models, f"{family}_{r}", seeds) for r in runs}
     h = {r: hierarchical_interval([x["per_question"] for x in recs]) for r, recs in records.items()}
     sd = sum(x["seed_sd"] for x in h.values()) / len(h)
     acc = sum(x["mean"] for x in h.values()) / len(h)
@@ -116,10 +122,10 @@ def power_text(params: dict, models: Path) -> str:
     mde = min_detectable_difference(n, k, acc, seeds=s, seed_sd=sd)
     spread = ", ".join(f"{r} {x['seed_sd']:.3f}" for r, x in h.items())
     return (
-        f"\n\nPower (GRPO, {s} seeds): the replicated runs' accuracies vary between seeds with SD {spread} (mean "
-        f"{sd:.3f}); with {n} questions x {k} samples x {s} seeds at accuracy {acc:.2f}, a difference between two "
-        f"runs' seed means is resolved with 80% power from about {mde:.3f} (`python -m tools.power --accuracy "
-        f"{acc:.2f} --seed-sd {sd:.3f}` plans more seeds or questions)."
+        f"\n\nPower ({family.upper()}, {s} seeds): the replicated runs' accuracies vary between seeds with SD "
+        f"{spread} (mean {sd:.3f}); with {n} questions x {k} samples x {s} seeds at accuracy {acc:.2f}, a "
+        f"difference between two runs' seed means is resolved with 80% power from about {mde:.3f} "
+        f"(`python -m tools.power --accuracy {acc:.2f} --seed-sd {sd:.3f}` plans more seeds or questions)."
     )
 
 
