@@ -92,3 +92,24 @@ def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
     assert replicate_scores(tmp_path, ReplicatesConfig(grpo_runs=("r",))) == {}  # no extra seed: no replicate table
     with pytest.raises(FileNotFoundError, match="seed_4"):
         replicate_scores(tmp_path, ReplicatesConfig(seeds=(3, 4), grpo_runs=("r",)))
+
+
+def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
+    """a5core.inputs expands dvc.yaml's matrices as DVC names them, so an init_policy or a stage's input model can be
+    traced to the replicate stage that writes it."""
+    from pathlib import Path
+
+    from a5core.config import read_params
+    from a5core.inputs import dag_outputs, dag_stages
+
+    root = Path(__file__).resolve().parents[1]
+    params = read_params(root / "params.yaml")
+    params["replicates"] = {"seeds": [1, 2], "sft_runs": ["full"], "grpo_runs": ["reinforce_baseline"]}
+    names = {name for name, _, _ in dag_stages(params, root)}
+    assert {"sft_replicate@full-1", "sft_replicate@full-2", "grpo_replicate@reinforce_baseline-2"} <= names
+    assert not any(n.startswith("grpo_replicate@clip") for n in names)
+    outputs = dag_outputs(params, root)
+    assert outputs["models/grpo_reinforce_baseline_seed2"] == "grpo_replicate@reinforce_baseline-2"
+    assert outputs["results/sft/full/seed_1/validation.json"] == "sft_replicate@full-1"
+    params["replicates"] = {"seeds": [], "sft_runs": [], "grpo_runs": []}
+    assert not any("replicate" in name for name, _, _ in dag_stages(params, root))
