@@ -8,7 +8,9 @@
   x max_tokens, rollouts x epochs; an SFT example weighs as one validation sample), so a change of size params scales
   the time; what it leaves out (fixed overheads, responses shorter than max_tokens) is why it is checked against what
   the stages took (reports/forecast.md).
-- A rate measured on another machine kind (`a5core.runinfo.machine_kind`) is used, and marked, not hidden.
+- A rate measured on another machine kind (`a5core.runinfo.machine_kind`) is used, and marked, not hidden; once some
+  family has run on this machine kind too, its rates here over its rates elsewhere (the median over such families)
+  scale every other-kind rate (`kind_factor`): one stage run here calibrates the rest.
 - With `grpo.time_budget_s`, the steps the budget buys: the budget over the forecast seconds per GRPO step.
 - Writes `reports/forecast.json`; after the run, `python -m a5core.forecast --compare` puts it beside what the same
   stages took (their run records). Not in reports/summary.md: the summary is a stage output that a forced rerun must
@@ -96,31 +98,59 @@ def _locked(lock: dict, stage: str, params: dict) -> dict:
     return out
 
 
-def forecast(stages: list[str], params: dict, lock: dict, recorded: dict[str, dict], here: str) -> list[dict]:
-    """One row per stage: {"stage", "seconds" (None: no rate), "source"} (module docstring)."""
-    rates: dict[str, list[float]] = {}
+def _rates(params: dict, lock: dict, recorded: dict[str, dict], here: str) -> dict[tuple[str, bool], list[float]]:
+    """Seconds per unit of work of every recorded stage, by (family, measured on this machine kind)."""
+    rates: dict[tuple[str, bool], list[float]] = {}
     for stage, record in recorded.items():
         fam, run = family(stage)
         work = WORK[fam](_locked(lock, stage, params), run) if fam in WORK else 0.0
         if work:
-            rates.setdefault(fam, []).append(record["duration_s"] / work)
+            rates.setdefault((fam, machine_kind(record.get("machine", {})) == here), []).append(
+                record["duration_s"] / work
+            )
+    return rates
+
+
+def kind_factor(rates: dict[tuple[str, bool], list[float]]) -> tuple[float, int] | None:
+    """(this machine kind's speed over the other kinds', as a time ratio; how many families it rests on): the median
+    over the families measured on both of median rate here / median rate elsewhere; None when no family was."""
+    both = [f for f, here in rates if here and (f, False) in rates]
+    if not both:
+        return None
+    ratios = [statistics.median(rates[(f, True)]) / statistics.median(rates[(f, False)]) for f in both]
+    return statistics.median(ratios), len(both)
+
+
+def forecast(stages: list[str], params: dict, lock: dict, recorded: dict[str, dict], here: str) -> list[dict]:
+    """One row per stage: {"stage", "seconds" (None: no rate), "source"} (module docstring)."""
+    rates = _rates(params, lock, recorded, here)
+    factor = kind_factor(rates)
+    speed = factor[0] if factor else 1.0
     rows = []
     for stage in stages:
         fam, run = family(stage)
         record = recorded.get(stage)
         other = record is not None and machine_kind(record.get("machine", {})) != here
+        mine = rates.get((fam, True)) or [r * speed for r in rates.get((fam, False), [])]  # this kind's, or scaled
+        scaled = False  # by this machine kind's speed (fixed-cost stages, without work, are not)
         if fam not in WORK:
-            seconds = record["duration_s"] if record else None
-            source = "its last run" if record else "no record"
+            seconds, source = (record["duration_s"], "its last run") if record else (None, "no record")
         elif record and (old := WORK[fam](_locked(lock, stage, params), run)):
-            seconds = record["duration_s"] * WORK[fam](params, run) / old
+            scaled = other and factor is not None
+            seconds = record["duration_s"] * WORK[fam](params, run) / old * (speed if scaled else 1.0)
             source = "its last run, scaled by work"
-        elif rates.get(fam):
-            seconds = statistics.median(rates[fam]) * WORK[fam](params, run)
-            source, other = f"median rate of {len(rates[fam])} {fam} stage(s)", False
+        elif mine:
+            other = not rates.get((fam, True))
+            scaled = other and factor is not None
+            seconds, source = (
+                statistics.median(mine) * WORK[fam](params, run),
+                f"median rate of {len(mine)} {fam} stage(s)",
+            )
         else:
             seconds, source = None, "no rate: run one stage of this family first"
-        source += " (another machine kind)" if other else ""
+        if other:
+            calibrated = f", x{speed:.2f}: this kind's speed from {factor[1]} families" if scaled else ""
+            source += f" (another machine kind{calibrated})"
         rows.append({"stage": stage, "seconds": seconds, "source": source})
     return rows
 

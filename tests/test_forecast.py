@@ -25,16 +25,34 @@ def _lock(steps: int) -> dict:
 def test_a_stage_scales_its_last_run_and_a_new_run_takes_the_family_median():
     recorded = {
         "grpo@a": {"duration_s": 100.0, "machine": MACHINE},  # ran 2 steps of 8 x 10 x 2 tokens: 0.3125 s/token
-        "grpo@b": {"duration_s": 60.0, "machine": {"cpu": "Intel", "isa": []}},  # 2 steps: 0.1875 s/token
+        "grpo@b": {"duration_s": 60.0, "machine": MACHINE},  # 2 steps: 0.1875 s/token
         "fetch_model": {"duration_s": 7.0, "machine": MACHINE},
     }
     stages = ["fetch_model", "check_params", "grpo@a", "grpo@b", "grpo@new", "baseline_eval"]
     rows = {r["stage"]: r for r in forecast(stages, PARAMS, _lock(2), recorded, HERE)}
     assert rows["fetch_model"]["seconds"] == 7.0 and rows["check_params"]["seconds"] is None
     assert rows["grpo@a"]["seconds"] == pytest.approx(200.0)  # now 4 steps: twice the work
-    assert rows["grpo@b"]["seconds"] == pytest.approx(60.0) and "another machine kind" in rows["grpo@b"]["source"]
+    assert rows["grpo@b"]["seconds"] == pytest.approx(60.0)  # 2 steps, as it ran
     assert rows["grpo@new"]["seconds"] == pytest.approx((0.3125 + 0.1875) / 2 * 640)  # the median of two rates
     assert rows["baseline_eval"]["seconds"] is None and "no rate" in rows["baseline_eval"]["source"]
+    assert not any("another" in r["source"] for r in rows.values())
+
+
+def test_another_machine_kind_is_marked_and_calibrated_by_a_family_run_on_both():
+    intel = {"cpu": "Intel", "isa": []}
+    recorded = {
+        "grpo@a": {"duration_s": 100.0, "machine": MACHINE},  # here: 0.3125 s/token
+        "grpo@b": {"duration_s": 50.0, "machine": intel},  # elsewhere: 0.15625 s/token, so here is 2x slower
+        "sft@x": {"duration_s": 30.0, "machine": intel},  # only elsewhere: scaled by the grpo family's 2x
+    }
+    params = {**PARAMS, "sft": {"epochs": 1}, "sft_runs": {"x": {"examples": 3}}, "data": {"n_validation": 0}}
+    rows = {r["stage"]: r for r in forecast(["grpo@b", "sft@x", "grpo@new"], params, _lock(2), recorded, HERE)}
+    assert rows["grpo@b"]["seconds"] == pytest.approx(100.0) and "x2.00" in rows["grpo@b"]["source"]
+    assert rows["sft@x"]["seconds"] == pytest.approx(60.0) and "from 1 families" in rows["sft@x"]["source"]
+    assert rows["grpo@new"]["seconds"] == pytest.approx(0.3125 * 640)  # this kind's rate alone
+    alone = {k: v for k, v in recorded.items() if k != "grpo@a"}  # no family ran on both: marked, not scaled
+    row = forecast(["grpo@b"], params, _lock(2), alone, HERE)[0]
+    assert row["seconds"] == pytest.approx(50.0) and row["source"].endswith("(another machine kind)")
 
 
 def test_the_budget_buys_steps_at_the_forecast_seconds_per_step():
