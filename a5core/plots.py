@@ -5,7 +5,8 @@ with several optimizer steps per rollout batch, are drawn without vertical zig-z
 seconds; bands are the 95% intervals each evaluation recorded. GRPO gets one overview figure and one figure per
 ablation: runs are grouped by which `grpo` settings they override (the base run, with no overrides, is in every
 group), so the handout's experiments in `conf/profile/full.yaml` each get their own figure without naming runs here.
-GRPO's and EI's figures carry the grader audit (a5core.grader.audit) beside reward and accuracy.
+GRPO's and EI's figures carry the grader audit (a5core.grader.audit) beside reward and accuracy; a GRPO run's seed
+replicates (a5core.replicates) are thin lines of its color.
 """
 
 from __future__ import annotations
@@ -40,16 +41,19 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _curve(ax, rows: list[dict], x: str, y: str, label: str, band: bool = False) -> None:
+def _curve(ax, rows: list[dict], x: str, y: str, label: str | None, band: bool = False, color=None) -> object:
+    """One run's curve (`label` None, `color` given: a seed replicate's, thin and unlabelled); returns its color."""
     pts = [r for r in rows if _is_num(r.get(x)) and _is_num(r.get(y))]
     if not pts:
-        return
+        return color
     xs = [r[x] for r in pts]
-    (line,) = ax.plot(xs, [r[y] for r in pts], marker="o", ms=3, label=label)
+    style = {"marker": "o", "ms": 3, "label": label} if label else {"lw": 0.8, "alpha": 0.45}
+    (line,) = ax.plot(xs, [r[y] for r in pts], color=color, **style)
     if band and all(_is_num(r.get(f"{y}_lo")) and _is_num(r.get(f"{y}_hi")) for r in pts):
         ax.fill_between(
             xs, [r[f"{y}_lo"] for r in pts], [r[f"{y}_hi"] for r in pts], alpha=0.15, color=line.get_color()
         )
+    return line.get_color()
 
 
 def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
@@ -164,12 +168,23 @@ GRPO_PANELS = (  # (log, x, y, x label, y label, title)
 )
 
 
-def grpo_panels(dirs: dict[str, Path], out: Path, name: str, title: str) -> str:
-    logs = {k: {kind: read_rows(d / "logs", kind) for kind in ("eval", "train")} for k, d in dirs.items()}
+def _logs(folder: Path) -> dict[str, list[dict]]:
+    return {kind: read_rows(folder / "logs", kind) for kind in ("eval", "train")}
+
+
+def grpo_panels(
+    dirs: dict[str, Path], out: Path, name: str, title: str, seeds: dict[str, tuple[int, ...]] | None = None
+) -> str:
+    """The GRPO panels of `dirs`' runs; each run's seed replicates (`seeds`: run -> extra seeds; their logs in
+    `<run dir>/seed_<s>`) as thin lines of its color."""
+    logs = {k: _logs(d) for k, d in dirs.items()}
+    replicas = {k: [_logs(dirs[k] / f"seed_{s}") for s in (seeds or {}).get(k, ())] for k in dirs}
     fig, axes = plt.subplots(3, 3, figsize=(14, 10.5))
     for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS, strict=True):
         for k in dirs:
-            _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
+            color = _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
+            for rep in replicas[k]:
+                _curve(ax, rep[kind], x, y, None, color=color)
         if ylabel == AUDIT:  # a share: from 0, and a visible range when every value is 0
             ax.set_ylim(0, max(0.05, ax.get_ylim()[1]))
         _axes(ax, xlabel, ylabel, panel)
@@ -187,16 +202,15 @@ def ablation_groups(overrides: dict[str, dict]) -> dict[str, list[str]]:
     return groups
 
 
-def grpo_figures(results: Path, out: Path, overrides: dict[str, dict]) -> list[Result]:
+def grpo_figures(results: Path, out: Path, overrides: dict[str, dict], seeds: dict | None = None) -> list[Result]:
     if not overrides:
         return []
     dirs = _run_dirs(str(results / "grpo" / "{run}"), list(overrides))
-    name = grpo_panels(dirs, out, "grpo.png", "GRPO: every run (95% bands on validation accuracy)")
+    name = grpo_panels(dirs, out, "grpo.png", "GRPO: every run (95% bands on validation accuracy)", seeds)
     for keys, runs in ablation_groups(overrides).items():
         if len(runs) > 1 and len(runs) < len(dirs):
-            grpo_panels(
-                {k: dirs[k] for k in runs}, out, f"grpo_{keys}.png", f"GRPO ablation: {keys.replace('+', ', ')}"
-            )
+            title = f"GRPO ablation: {keys.replace('+', ', ')}"
+            grpo_panels({k: dirs[k] for k in runs}, out, f"grpo_{keys}.png", title, seeds)
     return [Result("GRPO", k, _metrics(d), name, _grpo_detail(_metrics(d), overrides[k])) for k, d in dirs.items()]
 
 
@@ -208,9 +222,15 @@ def _grpo_detail(metrics: dict, overrides: dict) -> str:
 
 
 def make_plots(
-    results: Path, out: Path, runs: dict[str, list[str]], grpo_overrides: dict[str, dict], ei_last: str = ""
+    results: Path,
+    out: Path,
+    runs: dict[str, list[str]],
+    grpo_overrides: dict[str, dict],
+    ei_last: str = "",
+    grpo_seeds: dict[str, tuple[int, ...]] | None = None,
 ) -> list[Result]:
-    """Draw every figure into `out`; returns one Result per configured run (baseline first).
+    """Draw every figure into `out`; returns one Result per configured run (baseline first). `grpo_seeds`: the
+    replicated GRPO runs' extra seeds, drawn as thin lines beside their runs.
 
     `runs` names the configured SFT and EI runs ({"sft": [...], "ei": [...]}, from params.yaml) and `grpo_overrides`
     the GRPO runs with their overrides, so results left in the workspace by removed runs are not drawn. `ei_last`: the
@@ -221,5 +241,5 @@ def make_plots(
         baseline_figure(results, out),
         *sft_figure(results, out, runs.get("sft", [])),
         *ei_figure(ei_last or str(results / "ei" / "{run}"), out, runs.get("ei", [])),
-        *grpo_figures(results, out, grpo_overrides),
+        *grpo_figures(results, out, grpo_overrides, grpo_seeds),
     ]

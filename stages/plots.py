@@ -27,8 +27,9 @@ def main() -> None:
     params = read_params(args.params)
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
-    results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei)
     reps = load_section(ReplicatesConfig, "replicates", args.params)
+    seeds = {run: reps.seeds for run in reps.runs("grpo")}
+    results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, grpo_seeds=seeds)
     replicates = {key: hierarchical_interval(s) for key, s in replicate_scores(Path(args.results), reps).items()}
     dag = dag_stages(runs, grpo, args.ei, reps)
     records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]

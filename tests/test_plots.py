@@ -163,3 +163,22 @@ def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
     md = summary_markdown([Result("GRPO", "r", metrics, "grpo.png")], "figures")
     assert "| pass@k, maj@n (95% CI) |" in md
     assert "maj@4 0.250 (0.125–0.375), change +0.250 (" in md and md.count("**✓**") == 2, md
+
+
+def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, monkeypatch):
+    from a5core import plots
+
+    _results(tmp_path / "results")
+    _write(
+        tmp_path / "results" / "grpo" / "r" / "seed_1" / "logs" / "eval.csv",
+        "step,eval/accuracy,eval/accuracy_lo,eval/accuracy_hi,perf/wall_s\n0,0.5,0.3,0.7,0\n2,0.2,0.1,0.4,10\n",
+    )
+    figures = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figures.setdefault(name, fig) and name)
+    runs = {"r": {}, "lr": {"learning_rate": 1e-3}}
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", runs, {"r": (1,)})
+    accuracy = figures["grpo.png"].axes[0]  # validation accuracy by optimizer step
+    lines = {line.get_label(): line for line in accuracy.get_lines()}
+    replica = [line for line in accuracy.get_lines() if line.get_label().startswith("_")]  # unlabelled
+    assert set(lines) >= {"r", "lr"} and len(replica) == 1
+    assert replica[0].get_color() == lines["r"].get_color() and list(replica[0].get_ydata()) == [0.5, 0.2]
