@@ -41,11 +41,11 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _curve(ax, rows: list[dict], x: str, y: str, label: str | None, band: bool = False, color=None) -> object:
-    """One run's curve (`label` None, `color` given: a seed replicate's, thin and unlabelled); returns its color."""
+def _curve(ax, rows: list[dict], x: str, y: str, label: str | None, band: bool = False, color=None) -> None:
+    """One run's curve (`label` None: a seed replicate's, thin and unlabelled)."""
     pts = [r for r in rows if _is_num(r.get(x)) and _is_num(r.get(y))]
     if not pts:
-        return color
+        return
     xs = [r[x] for r in pts]
     style = {"marker": "o", "ms": 3, "label": label} if label else {"lw": 0.8, "alpha": 0.45}
     (line,) = ax.plot(xs, [r[y] for r in pts], color=color, **style)
@@ -53,7 +53,6 @@ def _curve(ax, rows: list[dict], x: str, y: str, label: str | None, band: bool =
         ax.fill_between(
             xs, [r[f"{y}_lo"] for r in pts], [r[f"{y}_hi"] for r in pts], alpha=0.15, color=line.get_color()
         )
-    return line.get_color()
 
 
 def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
@@ -180,11 +179,12 @@ def grpo_panels(
     logs = {k: _logs(d) for k, d in dirs.items()}
     replicas = {k: [_logs(dirs[k] / f"seed_{s}") for s in (seeds or {}).get(k, ())] for k in dirs}
     fig, axes = plt.subplots(3, 3, figsize=(14, 10.5))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(dirs)}  # a run's color in every panel, its replicates' too
     for ax, (kind, x, y, xlabel, ylabel, panel) in zip(axes.flat, GRPO_PANELS, strict=True):
         for k in dirs:
-            color = _curve(ax, logs[k][kind], x, y, k, band=kind == "eval")
+            _curve(ax, logs[k][kind], x, y, k, band=kind == "eval", color=colors[k])
             for rep in replicas[k]:
-                _curve(ax, rep[kind], x, y, None, color=color)
+                _curve(ax, rep[kind], x, y, None, color=colors[k])
         if ylabel == AUDIT:  # a share: from 0, and a visible range when every value is 0
             ax.set_ylim(0, max(0.05, ax.get_ylim()[1]))
         _axes(ax, xlabel, ylabel, panel)

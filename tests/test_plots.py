@@ -182,3 +182,5 @@ def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, 
     replica = [line for line in accuracy.get_lines() if line.get_label().startswith("_")]  # unlabelled
     assert set(lines) >= {"r", "lr"} and len(replica) == 1
     assert replica[0].get_color() == lines["r"].get_color() and list(replica[0].get_ydata()) == [0.5, 0.2]
+    wall = figures["grpo.png"].axes[1]  # every panel draws a run and its replicates in the run's color
+    assert [line.get_color() for line in wall.get_lines()] == [lines["r"].get_color()] * 2 + [lines["lr"].get_color()]
