@@ -64,6 +64,11 @@ def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
         ax.legend(fontsize=7)
 
 
+def _share_axis(ax) -> None:
+    """A share's axis: from 0, with a visible range when every value is 0."""
+    ax.set_ylim(0, max(0.05, ax.get_ylim()[1]))
+
+
 def _save(fig, out: Path, name: str) -> str:
     fig.tight_layout()
     fig.savefig(out / name, dpi=110)
@@ -147,7 +152,7 @@ def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
         _curve(axes[2], rows, "round", "eval/audit_unconfirmed", f"{k}: validation")
     _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
     _axes(axes[1], "EI round (0 = starting policy)", "mean token entropy (nats)", "Expert Iteration: response entropy")
-    axes[2].set_ylim(0, max(0.05, axes[2].get_ylim()[1]))
+    _share_axis(axes[2])
     _axes(axes[2], "EI round (0 = starting policy)", AUDIT, "paid, refused by an auditor (grader audit)")
     name = _save(fig, out, "ei.png")
     return [Result("EI", k, _metrics(d), name, f"{int(_metrics(d).get('round', 0))} rounds") for k, d in dirs.items()]
@@ -185,8 +190,8 @@ def grpo_panels(
             _curve(ax, logs[k][kind], x, y, k, band=kind == "eval", color=colors[k])
             for rep in replicas[k]:
                 _curve(ax, rep[kind], x, y, None, color=colors[k])
-        if ylabel == AUDIT:  # a share: from 0, and a visible range when every value is 0
-            ax.set_ylim(0, max(0.05, ax.get_ylim()[1]))
+        if ylabel == AUDIT:
+            _share_axis(ax)
         _axes(ax, xlabel, ylabel, panel)
     fig.suptitle(title)
     return _save(fig, out, name)

@@ -13,8 +13,9 @@ import argparse
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
-from a5core.grader.audit import AUDIT_NAMES
+from a5core.grader.audit import AUDIT_NAMES, disagrees
 from a5core.history import read_log, read_rows
 
 SHORT = {"audit_vs_strict": "vs strict", "audit_vs_math_verify": "vs math-verify", "audit_unconfirmed": "unconfirmed"}
@@ -27,15 +28,14 @@ def _cell(rows: list[dict], key: str) -> str:
 
 def _flagged(logs: Path) -> str:
     path = logs / "completions.jsonl"
-    top = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    top = [c for c in top if c.get("shown") == "top_reward"]
-    bad = [
-        c
-        for c in top
-        if (c.get("strict_reward") is not None and c["strict_reward"] != c["reward"])
-        or (c.get("verified") is not None and c["verified"] != float(c["reward"] > 0))
+    shown = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    # a completion row as `disagrees` reads a sample (the built-in rewards pay the answer: reward = answer reward;
+    # rows logged without an audit have no verdicts)
+    blank = {"strict_reward": None, "verified": None}
+    top = [
+        SimpleNamespace(**{**blank, **c, "answer_reward": c["reward"]}) for c in shown if c.get("shown") == "top_reward"
     ]
-    return f"{len(bad)} of {len(top)}"
+    return f"{sum(disagrees(c) for c in top)} of {len(top)}"
 
 
 def run_rows(results: Path) -> list[tuple[str, list[dict], list[dict], Path]]:
