@@ -72,11 +72,13 @@ WORK = {"baseline_eval": _baseline, "sft": _sft, "ei_round": _ei, "grpo": _grpo}
 
 def family(stage: str) -> tuple[str, str]:
     """("grpo", "lr_1e-5") for "grpo@lr_1e-5" and for its seed replicate "grpo_replicate@lr_1e-5-2" (sft alike),
-    ("ei_round", "G4") for "ei_round_3@G4", (stage, "") otherwise."""
+    ("ei_round", "G4") for "ei_round_3@G4" and for "ei_replicate_3@G4-1", (stage, "") otherwise."""
     name, _, run = stage.partition("@")
-    if name.endswith("_replicate"):  # the run's work: a replicate differs from it only in its seed
-        return name.removesuffix("_replicate"), run.rpartition("-")[0]
-    return ("ei_round" if name.startswith("ei_round_") else name), run
+    if "_replicate" in name:  # the run's work: a replicate differs from it only in its seed
+        run = run.rpartition("-")[0]
+    if name.startswith(("ei_round_", "ei_replicate_")):
+        return "ei_round", run
+    return name.removesuffix("_replicate"), run
 
 
 def records(results: Path) -> dict[str, dict]:

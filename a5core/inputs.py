@@ -221,9 +221,9 @@ def problems(params: dict, path: str | Path) -> list[str]:
 
 
 def replicate_problems(params: dict) -> list[str]:
-    """Seed replicates of runs that sft_runs / grpo_runs do not have (a5core/replicates.py)."""
+    """Seed replicates of runs that sft_runs / ei_runs / grpo_runs do not have (a5core/replicates.py)."""
     out = []
-    for section in ("sft_runs", "grpo_runs"):
+    for section in ("sft_runs", "ei_runs", "grpo_runs"):
         runs = params.get(section) or {}
         wanted = (params.get("replicates") or {}).get(section) or []
         out += [

@@ -1,13 +1,15 @@
-"""Seed replicates: chosen SFT and GRPO runs repeated over more training seeds, and what the replicates show together.
+"""Seed replicates: chosen SFT, EI and GRPO runs repeated over more training seeds, and what they show together.
 
-- `ReplicatesConfig`, the `replicates` params section: `seeds` lists the extra seeds, `sft_runs` and `grpo_runs` the
-  runs to repeat. dvc.yaml's `sft_replicate` and `grpo_replicate` stages are matrices over runs x seeds:
+- `ReplicatesConfig`, the `replicates` params section: `seeds` lists the extra seeds, `sft_runs`, `ei_runs` and
+  `grpo_runs` the runs to repeat. dvc.yaml's `sft_replicate`, `ei_replicate_<k>` and `grpo_replicate` stages are
+  matrices over runs x seeds:
   `grpo_replicate@<run>-<seed>` is the run with `grpo.seed` replaced (`sft.seed` for SFT), its own stage, model
   folder (`models/grpo_<run>_seed<seed>`) and results (`results/grpo/<run>/seed_<seed>/`), so the cache and resume
   work per replicate, and adding a seed reruns nothing that ran. The run itself (its own seed) is the first
-  replicate. GRPO's seed drives the rollouts' questions, samples and order, SFT's the choice and order of its
-  examples (a5core.seeds); neither the validation, whose questions and sample seeds stay fixed. EI runs have none
-  (a replicate would be a chain of rounds).
+  replicate. GRPO's and EI's seed drive the rollouts' questions, samples and order, SFT's the choice and order of its
+  examples (a5core.seeds); none the validation, whose questions and sample seeds stay fixed. An EI replicate is a
+  chain of rounds like its run (`ei_replicate_<k>@<run>-<seed>`, `models/ei_<run>_seed<seed>/round_<k>`,
+  `results/ei/<run>/seed_<seed>/round_<k>/`), compared at its last round.
 - `hierarchical_interval`: the mean accuracy over a run's replicates with a 95% interval that resamples seeds, then
   questions, and how much of one run's variance is between seeds; `hierarchical_test`: a difference of two runs'
   replicate means with its interval and p (tools/ablations.py; with one seed each, the paired question bootstrap).
@@ -24,29 +26,38 @@ import numpy as np
 from a5core.config import Section
 from a5core.stats import N_BOOTSTRAP
 
-FAMILIES = {"SFT": "sft", "GRPO": "grpo"}  # the summary's method -> the family's stage, folder and runs section
+FAMILIES = {
+    "SFT": "sft",
+    "EI": "ei",
+    "GRPO": "grpo",
+}  # the summary's method -> the family's stage, folder and runs section
 
 
 @dataclass(frozen=True)
 class ReplicatesConfig(Section):
     seeds: tuple[int, ...] = ()  # the extra training seeds (the family's seed replaced; the run itself is the first)
     sft_runs: tuple[str, ...] = ()  # sft_runs entries to repeat over seeds (stage sft_replicate@<run>-<seed>)
+    ei_runs: tuple[str, ...] = ()  # ei_runs entries to repeat over seeds (stages ei_replicate_<k>@<run>-<seed>)
     grpo_runs: tuple[str, ...] = ()  # grpo_runs entries to repeat over seeds (stage grpo_replicate@<run>-<seed>)
 
     def problems(self) -> list[str]:
         return [
             f"{name} {list(values)} repeats an entry (a replicate would run twice)"
-            for name, values in (("seeds", self.seeds), ("sft_runs", self.sft_runs), ("grpo_runs", self.grpo_runs))
-            if len(set(values)) != len(values)
+            for name in ("seeds", "sft_runs", "ei_runs", "grpo_runs")
+            if len(set(values := getattr(self, name))) != len(values)
         ]
 
     def runs(self, family: str) -> tuple[str, ...]:
-        """The replicated runs of `family` ("sft" or "grpo"; none for another); none without extra seeds."""
+        """The replicated runs of `family` ("sft", "ei" or "grpo"; none for another); none without extra seeds."""
         return getattr(self, f"{family}_runs", ()) if self.seeds else ()
 
-    def stages(self) -> set[str]:
-        """The replicate stages these settings give (dvc.yaml's matrices)."""
-        return {f"{fam}_replicate@{r}-{s}" for fam in FAMILIES.values() for r in self.runs(fam) for s in self.seeds}
+    def stages(self, ei_rounds: int) -> set[str]:
+        """The replicate stages these settings give (dvc.yaml's matrices; EI's: one per round of `ei_rounds`)."""
+        names = {"sft": ["sft_replicate"], "grpo": ["grpo_replicate"]}
+        names["ei"] = [f"ei_replicate_{k}" for k in range(1, ei_rounds + 1)]
+        return {
+            f"{n}@{r}-{s}" for fam, stage in names.items() for n in stage for r in self.runs(fam) for s in self.seeds
+        }
 
 
 def score_matrix(replicates: list[dict[str, float]]) -> np.ndarray:
@@ -112,14 +123,17 @@ def hierarchical_test(
     return delta, lo, hi, min(1.0, 2 * far / n_boot)
 
 
-def replicate_scores(results: Path, cfg: ReplicatesConfig) -> dict[tuple[str, str], list[dict[str, float]]]:
+def replicate_scores(
+    results: Path, cfg: ReplicatesConfig, ei_rounds: int
+) -> dict[tuple[str, str], list[dict[str, float]]]:
     """{(method, run): final per-question scores} of each replicated run, the run's own first, then each configured
-    seed's (`results/<family>/<run>/[seed_<s>/]validation.json`, written by stages/sft.py and stages/grpo.py);
-    folders of seeds or runs no longer configured are not read."""
+    seed's (`results/<family>/<run>/[seed_<s>/]validation.json`, written by stages/sft.py, stages/grpo.py and, in
+    each `round_<ei_rounds>` folder, stages/ei_round.py); folders of seeds or runs no longer configured are not read."""
     out = {}
     for method, fam in FAMILIES.items():
+        last = f"round_{ei_rounds}" if fam == "ei" else ""  # an EI run's result: its last round's
         for run in cfg.runs(fam):
-            folders = [results / fam / run, *(results / fam / run / f"seed_{s}" for s in cfg.seeds)]
+            folders = [results / fam / run / last, *(results / fam / run / f"seed_{s}" / last for s in cfg.seeds)]
             missing = [str(f / "validation.json") for f in folders if not (f / "validation.json").exists()]
             if missing:
                 raise FileNotFoundError(f"no final validation for configured runs or replicates: {missing}")

@@ -1,11 +1,14 @@
-"""Stage ei_round_<k>@<run>: Expert Iteration round k of one named run (overrides on the shared `ei` params).
+"""Stage ei_round_<k>@<run>: Expert Iteration round k of one named run (overrides on the shared `ei` params); with
+`--seed`, stage ei_replicate_<k>@<run>-<seed>: the same round of the run with ei.seed replaced (a5core/replicates.py).
 
 Round k trains the model of round k-1 (round 1: `ei.init_policy`) and extends round k-1's history (`--history`, its
 rounds.csv). `--initial` is the EI run's starting policy's full validation (round 1: that model's folder; round k:
 the copy round k-1 wrote), against which every round reports its paired change.
 """
 
+import dataclasses
 import sys
+from pathlib import Path
 
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
@@ -64,16 +67,20 @@ def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     write_parquet([r.row() for r in result.rollouts], args.rollouts, prov, ROLLOUT_SCHEMA)
     write_json(ts.initial, args.initial_out)
     write_results(args.metrics, result.final, ts.initial, round=args.round, kept=result.details["count/kept"])
+    # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
+    write_json(validation_record(result.final, ts.protocol), Path(args.metrics).with_name("validation.json"))
     write_text(ei_report(args.run, rounds, result.details), args.report)
 
 
 def main() -> None:
-    args = stage.args(*PATHS, round=int, history=str)
+    args = stage.args(*PATHS, round=int, history=str, seed=int)
     rounds = _history(args)
     cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
     sft_cfg = load_section(SFTConfig, "sft", args.params)
     train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     name = f"ei_round_{args.round}@{args.run}"
+    if args.seed is not None:  # a seed replicate of the run
+        cfg, name = dataclasses.replace(cfg, seed=args.seed), f"ei_replicate_{args.round}@{args.run}-{args.seed}"
     # the rollouts are graded by `ei.reward_fn` (default: the prompt's reward), validation by `validation.reward_fn`
     with training_stage(
         args,

@@ -13,11 +13,10 @@ from a5core.runinfo import RECORD_FILE, read_run_record
 from a5core.summary import summary_markdown, validation_set
 
 
-def dag_stages(runs: dict, grpo: dict, ei_last: str, reps: ReplicatesConfig) -> set[str]:
+def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> set[str]:
     """The stage names of the configured DAG: the summary's "Made on" line counts only their run records."""
-    rounds = int(re.search(r"round_(\d+)", ei_last).group(1))
     ei = {f"ei_round_{k}@{r}" for r in runs["ei"] for k in range(1, rounds + 1)}
-    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *reps.stages()} | {
+    return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *reps.stages(rounds)} | {
         f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
     }
 
@@ -30,8 +29,10 @@ def main() -> None:
     reps = load_section(ReplicatesConfig, "replicates", args.params)
     seeds = {run: reps.seeds for run in reps.runs("grpo")}
     results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, grpo_seeds=seeds)
-    replicates = {key: hierarchical_interval(s) for key, s in replicate_scores(Path(args.results), reps).items()}
-    dag = dag_stages(runs, grpo, args.ei, reps)
+    rounds = int(re.search(r"round_(\d+)", args.ei).group(1))  # EI's last round (`--ei results/ei/{run}/round_N`)
+    scores = replicate_scores(Path(args.results), reps, rounds)
+    replicates = {key: hierarchical_interval(s) for key, s in scores.items()}
+    dag = dag_stages(runs, grpo, rounds, reps)
     records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
     questions = validation_set(load_section(DataConfig, "data", args.params))

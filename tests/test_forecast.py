@@ -65,6 +65,7 @@ def test_the_budget_buys_steps_at_the_forecast_seconds_per_step():
 def test_stage_names_and_records(tmp_path):
     assert family("ei_round_3@G4") == ("ei_round", "G4") and family("plots") == ("plots", "")
     assert family("grpo_replicate@lr_1e-5-2") == ("grpo", "lr_1e-5")  # a seed replicate: its run's work
+    assert family("ei_replicate_3@G4-1") == ("ei_round", "G4") and family("sft_replicate@full-2") == ("sft", "full")
     (tmp_path / "grpo" / "a").mkdir(parents=True)
     (tmp_path / "grpo" / "a" / "run_record.json").write_text(json.dumps({"stage": "grpo@a", "duration_s": 3.0}))
     assert records(tmp_path) == {"grpo@a": {"stage": "grpo@a", "duration_s": 3.0}}

@@ -66,9 +66,11 @@ def test_the_config_refuses_a_repeated_seed_or_run():
 def test_check_params_refuses_a_replicate_of_a_run_that_does_not_exist(tmp_path):
     from a5core.inputs import replicate_problems
 
-    params = {"grpo_runs": {"a": {}}, "sft_runs": {"s": {}}, "replicates": {"grpo_runs": ["a", "b"], "sft_runs": ["t"]}}
+    params = {"grpo_runs": {"a": {}}, "sft_runs": {"s": {}}, "ei_runs": {"G4": {}}}
+    params["replicates"] = {"grpo_runs": ["a", "b"], "sft_runs": ["t"], "ei_runs": ["G4", "G9"]}
     assert replicate_problems(params) == [
         "replicates.sft_runs: 't' is not a sft_runs entry (['s'])",
+        "replicates.ei_runs: 'G9' is not a ei_runs entry (['G4'])",
         "replicates.grpo_runs: 'b' is not a grpo_runs entry (['a'])",
     ]
 
@@ -80,18 +82,29 @@ def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
         ("grpo/r/seed_9", 0.5),
         ("sft/s", 0.25),
         ("sft/s/seed_3", 0.75),
+        ("ei/e/round_1", 0.0),  # an EI run's result is its last round's
+        ("ei/e/round_2", 0.5),
+        ("ei/e/seed_3/round_2", 1.0),
     ):
         (tmp_path / folder).mkdir(parents=True)  # seed 9: no longer configured
         (tmp_path / folder / "validation.json").write_text(json.dumps({"per_question": {"q": acc}}))
-    cfg = ReplicatesConfig(seeds=(3,), sft_runs=("s",), grpo_runs=("r",))
-    assert replicate_scores(tmp_path, cfg) == {
+    cfg = ReplicatesConfig(seeds=(3,), sft_runs=("s",), ei_runs=("e",), grpo_runs=("r",))
+    assert replicate_scores(tmp_path, cfg, ei_rounds=2) == {
         ("SFT", "s"): [{"q": 0.25}, {"q": 0.75}],
+        ("EI", "e"): [{"q": 0.5}, {"q": 1.0}],
         ("GRPO", "r"): [{"q": 1.0}, {"q": 0.0}],
     }
-    assert cfg.stages() == {"sft_replicate@s-3", "grpo_replicate@r-3"}
-    assert replicate_scores(tmp_path, ReplicatesConfig(grpo_runs=("r",))) == {}  # no extra seed: no replicate table
+    assert cfg.stages(ei_rounds=2) == {
+        "sft_replicate@s-3",
+        "grpo_replicate@r-3",
+        "ei_replicate_1@e-3",
+        "ei_replicate_2@e-3",
+    }
+    assert replicate_scores(tmp_path, ReplicatesConfig(grpo_runs=("r",)), 2) == {}  # no extra seed: no replicates
     with pytest.raises(FileNotFoundError, match="seed_4"):
-        replicate_scores(tmp_path, ReplicatesConfig(seeds=(3, 4), grpo_runs=("r",)))
+        replicate_scores(tmp_path, ReplicatesConfig(seeds=(3, 4), grpo_runs=("r",)), 2)
+    with pytest.raises(FileNotFoundError, match="round_3"):  # a replicate chain that stopped short of the last round
+        replicate_scores(tmp_path, ReplicatesConfig(seeds=(3,), ei_runs=("e",)), 3)
 
 
 def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
@@ -104,12 +117,19 @@ def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
 
     root = Path(__file__).resolve().parents[1]
     params = read_params(root / "params.yaml")
-    params["replicates"] = {"seeds": [1, 2], "sft_runs": ["full"], "grpo_runs": ["reinforce_baseline"]}
+    params["replicates"] = {
+        "seeds": [1, 2],
+        "sft_runs": ["full"],
+        "ei_runs": ["G4"],
+        "grpo_runs": ["reinforce_baseline"],
+    }
     names = {name for name, _, _ in dag_stages(params, root)}
     assert {"sft_replicate@full-1", "sft_replicate@full-2", "grpo_replicate@reinforce_baseline-2"} <= names
+    assert {"ei_replicate_1@G4-1", "ei_replicate_5@G4-2"} <= names and not any("@G8-" in n for n in names)
     assert not any(n.startswith("grpo_replicate@clip") for n in names)
     outputs = dag_outputs(params, root)
     assert outputs["models/grpo_reinforce_baseline_seed2"] == "grpo_replicate@reinforce_baseline-2"
     assert outputs["results/sft/full/seed_1/validation.json"] == "sft_replicate@full-1"
+    assert outputs["models/ei_G4_seed2/round_3"] == "ei_replicate_3@G4-2"
     params["replicates"] = {"seeds": [], "sft_runs": [], "grpo_runs": []}
     assert not any("replicate" in name for name, _, _ in dag_stages(params, root))

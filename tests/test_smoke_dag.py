@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from a5core.history import read_log
 from a5core.runinfo import read_run_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,16 +255,19 @@ def check_stage_profile(work: Path, run) -> None:
 
 
 def check_seed_replicates(work: Path, run) -> None:
-    """`replicates` adds one stage per listed SFT or GRPO run and seed, and reruns nothing that ran; the summary gives
-    each run's mean over its seeds with the hierarchical interval, and tools.ablations compares the means."""
+    """`replicates` adds one stage per listed SFT or GRPO run and seed (EI: a chain of rounds), and reruns nothing that
+    ran; the summary gives each run's mean over its seeds with the hierarchical interval, and tools.ablations compares
+    the means."""
     sets = [
         "replicates.seeds=[1]",
         "replicates.sft_runs=[full]",
+        "replicates.ei_runs=[G2]",
         "replicates.grpo_runs=[reinforce_baseline,no_baseline]",
     ]
     r = run("dvc", "exp", "run", *(arg for s in sets for arg in ("-S", s)))
     ok(r)
     replicas = {"sft_replicate@full-1", "grpo_replicate@reinforce_baseline-1", "grpo_replicate@no_baseline-1"}
+    replicas |= {f"ei_replicate_{k}@G2-1" for k in range(1, 6)}
     # baseline_eval too: `dvc exp run` composes params.yaml from conf/ afresh, undoing the workspace's eval.max_tokens
     assert ran_stages(r) - {"check_params"} == replicas | {"plots", "baseline_eval"}, ran_stages(r)
     folder = work / "results" / "grpo" / "no_baseline" / "seed_1"
@@ -271,11 +276,19 @@ def check_seed_replicates(work: Path, run) -> None:
     assert json.loads((folder / "validation.json").read_text())["per_question"]
     sft = [json.loads((work / "results" / "sft" / "full" / f / "details.json").read_text()) for f in ("", "seed_1")]
     assert sft[0]["examples"] == sft[1]["examples"]  # the same traces, in another seed's order
+    ei = work / "results" / "ei" / "G2" / "seed_1" / "round_5"
+    assert read_run_record(ei / "run_record.json")["stage"] == "ei_replicate_5@G2-1"
+    assert [int(row["round"]) for row in read_log(ei / "logs" / "rounds.csv")] == list(range(6))  # its own chain
+    rollouts = [work / "results" / "ei" / "G2" / f / "round_1" / "rollouts.parquet" for f in ("", "seed_1")]
+    responses = [pq.read_table(path).column("response").to_pylist() for path in rollouts]
+    assert responses[0] != responses[1]  # another seed's rollouts
     summary = (work / "reports" / "summary.md").read_text()
     assert "Seed replicates" in summary and "| GRPO | no_baseline | 2 | " in summary and "| SFT | full | 2 |" in summary
+    assert "| EI | G2 | 2 |" in summary
     ok(run(sys.executable, "-m", "tools.ablations", "--out", str(work.parent / "ablations.md")))
     rows = (work.parent / "ablations.md").read_text()
     assert "| grpo_no_baseline − grpo_reinforce_baseline |" in rows and "| 2 |" in rows, rows
+    assert "Power (EI, 2 seeds)" in rows, rows
 
 
 def check_readme_recipes(work: Path, run) -> None:

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from a5core.config import from_dict, read_params
+from a5core.replicates import FAMILIES as REPLICATED
 from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test
 from a5core.stats import holm, min_detectable_difference, paired_test
 from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
@@ -86,7 +87,7 @@ def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
     ]
     reps = replicate_config(params)
 
-    def seeds(section: str, run: str) -> tuple[int, ...]:  # a family's replicated runs (sft_runs, grpo_runs)
+    def seeds(section: str, run: str) -> tuple[int, ...]:  # a family's replicated runs (sft_runs, ei_runs, ...)
         return reps.seeds if run in reps.runs(section.removesuffix("_runs")) else ()
 
     for section, folder in FAMILIES.values():
@@ -107,7 +108,7 @@ def power_text(params: dict, models: Path) -> str:
     """What each family's replicates can resolve: the seed SD they measured, and the smallest difference between
     two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
     reps = replicate_config(params)
-    return "".join(_power(family, reps.runs(family), reps.seeds, models) for family in ("sft", "grpo"))
+    return "".join(_power(family, reps.runs(family), reps.seeds, models) for family in REPLICATED.values())
 
 
 def _power(family: str, runs: tuple[str, ...], seeds: tuple[int, ...], models: Path) -> str:

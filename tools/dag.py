@@ -2,7 +2,8 @@
 
 - Each stage's a5core deps are computed (tools/stage_deps.py: the modules its script imports) and put right after
   the script, so the spec never lists them and they never go stale.
-- A stage with `rounds: N` is expanded into N chained stages (Expert Iteration's rounds), from one template.
+- A stage with `rounds: N` is expanded into N chained stages (Expert Iteration's rounds), from one template; every
+  such stage has the same N (the `<rounds>` of the other stages), and one may also be a matrix (EI's replicates).
 - The output is laid out for reading: one `--flag value` of a command and one path per line, no line over 120
   characters; tests/test_dvc_deps.py checks that dvc.yaml is exactly what this writes and that it parses back to
   the same stages.
@@ -83,8 +84,10 @@ def _with_code_deps(body: dict, code: dict[str, list[str]]) -> dict:
 
 def expand(spec: dict) -> tuple[dict[str, tuple[str, dict]], dict[str, str]]:
     """Stage name -> (doc, dvc.yaml stage), in spec order, and the names every stage may use (`<rounds>`)."""
-    rounds = [s["rounds"] for s in spec["stages"].values() if "rounds" in s]
-    glob = {"rounds": str(rounds[0])} if len(rounds) == 1 else {}
+    rounds = {s["rounds"] for s in spec["stages"].values() if "rounds" in s}
+    if len(rounds) > 1:
+        raise ValueError(f"the `rounds:` stages disagree ({sorted(rounds)}): the plots read one last round")
+    glob = {"rounds": str(rounds.pop())} if rounds else {}
     stages: dict[str, tuple[str, dict]] = {}
     code = expected_deps()
     for name, stage in spec["stages"].items():
