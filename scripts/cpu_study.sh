@@ -14,6 +14,8 @@ ln -sfn "$ROOT/.venv" .venv
 . .venv/bin/activate
 python -m tools.profile cpu-study
 start=$(date +%s)
+# the GRPO family and its seed replicates first: a study cut short keeps the runs its main verdicts rest on
+dvc repro grpo grpo_replicate 2>&1 | tee -a "$STUDY/study.log"
 dvc repro 2>&1 | tee -a "$STUDY/study.log"
 echo "dvc repro: $(( $(date +%s) - start )) s" | tee -a "$STUDY/study.log"
 mkdir -p "$ROOT/reports/cpu_study"
