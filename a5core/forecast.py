@@ -11,6 +11,9 @@
 - A rate measured on another machine kind (`a5core.runinfo.machine_kind`) is used, and marked, not hidden; once some
   family has run on this machine kind too, its rates here over its rates elsewhere (the median over such families)
   scale every other-kind rate (`kind_factor`): one stage run here calibrates the rest.
+- The stages are those of the current folder's dvc.yaml and dvc.lock: forecast another profile from a checkout where
+  it is applied, with `--results` naming where the records are (`cd .study && python -m a5core.forecast --results
+  ../results` forecasts the CPU study from the default DAG's records, reports/cpu_study/README.md).
 - With `grpo.time_budget_s`, the steps the budget buys: the budget over the forecast seconds per GRPO step.
 - Writes `reports/forecast.json`; after the run, `python -m a5core.forecast --compare` puts it beside what the same
   stages took (their run records). Not in reports/summary.md: the summary is a stage output that a forced rerun must
@@ -199,11 +202,12 @@ def main() -> None:
     lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
     params, here = read_params(args.params), machine_kind(machine())
     rows = forecast(stages, params, lock, records(Path(args.results)), here)
+    width = max(len(r["stage"]) for r in rows) + 1  # replicate stages' names run long
     for row in rows:
         time = f"{row['seconds'] / 60:7.1f} min" if row["seconds"] is not None else "      —    "
-        print(f"{row['stage']:32} {time}  {row['source']}")
+        print(f"{row['stage']:{width}} {time}  {row['source']}")
     known = [r["seconds"] for r in rows if r["seconds"] is not None]
-    print(f"{'total':32} {sum(known) / 60:7.1f} min  ({len(known)} of {len(rows)} stages forecast)")
+    print(f"{'total':{width}} {sum(known) / 60:7.1f} min  ({len(known)} of {len(rows)} stages forecast)")
     for stage, steps in budget_steps(rows, params).items():
         print(f"{stage}: grpo.time_budget_s buys about {steps:.0f} GRPO steps")
     made = {"made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": here}

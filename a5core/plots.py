@@ -6,7 +6,7 @@ seconds; bands are the 95% intervals each evaluation recorded. GRPO gets one ove
 ablation: runs are grouped by which `grpo` settings they override (the base run, with no overrides, is in every
 group), so the handout's experiments in `conf/profile/full.yaml` each get their own figure without naming runs here.
 GRPO's and EI's figures carry the grader audit (a5core.grader.audit) beside reward and accuracy; a GRPO run's seed
-replicates (a5core.replicates) are thin lines of its color.
+replicates (a5core.replicates), and an EI run's, are thin lines of its color.
 """
 
 from __future__ import annotations
@@ -139,15 +139,28 @@ def sft_figure(results: Path, out: Path, names: list[str]) -> list[Result]:
     return [Result("SFT", k, finals[k], name, f"{finals[k].get('examples', '?')} examples") for k in names]
 
 
-def ei_figure(ei_last: str, out: Path, names: list[str]) -> list[Result]:
+def ei_figure(ei_last: str, out: Path, names: list[str], seeds: dict | None = None) -> list[Result]:
+    """The EI panels by round; each run's seed replicates (`seeds`: run -> extra seeds; their last round in
+    `<run>/seed_<s>/round_<N>`) as thin lines of its color."""
     if not names:
         return []
     dirs = _run_dirs(ei_last, names)
     rounds = {k: read_log(d / "logs" / "rounds.csv") for k, d in dirs.items()}
+    replicas = {
+        k: [d.parent / f"seed_{s}" / d.name / "logs" / "rounds.csv" for s in (seeds or {}).get(k, ())]
+        for k, d in dirs.items()
+    }
+    missing = [str(path) for paths in replicas.values() for path in paths if not path.exists()]
+    if missing:
+        raise FileNotFoundError(f"plots: no rounds for configured seed replicates: {missing}")
     fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
-    for k, rows in rounds.items():
-        _curve(axes[0], rows, "round", "eval/accuracy", k, band=True)
-        _curve(axes[1], rows, "round", "eval/entropy", k)
+    for i, (k, rows) in enumerate(rounds.items()):
+        color = f"C{i % 10}"  # a run's color, its replicates' too
+        _curve(axes[0], rows, "round", "eval/accuracy", k, band=True, color=color)
+        _curve(axes[1], rows, "round", "eval/entropy", k, color=color)
+        for rep in map(read_log, replicas[k]):
+            _curve(axes[0], rep, "round", "eval/accuracy", None, color=color)
+            _curve(axes[1], rep, "round", "eval/entropy", None, color=color)
         _curve(axes[2], rows, "round", "rollout/audit_unconfirmed", f"{k}: rollouts")
         _curve(axes[2], rows, "round", "eval/audit_unconfirmed", f"{k}: validation")
     _axes(axes[0], "EI round (0 = starting policy)", ACCURACY, "Expert Iteration: validation accuracy")
@@ -232,10 +245,10 @@ def make_plots(
     runs: dict[str, list[str]],
     grpo_overrides: dict[str, dict],
     ei_last: str = "",
-    grpo_seeds: dict[str, tuple[int, ...]] | None = None,
+    seeds: dict[str, dict[str, tuple[int, ...]]] | None = None,
 ) -> list[Result]:
-    """Draw every figure into `out`; returns one Result per configured run (baseline first). `grpo_seeds`: the
-    replicated GRPO runs' extra seeds, drawn as thin lines beside their runs.
+    """Draw every figure into `out`; returns one Result per configured run (baseline first). `seeds`: family ("ei",
+    "grpo") -> replicated run -> its extra seeds, drawn as thin lines beside the run.
 
     `runs` names the configured SFT and EI runs ({"sft": [...], "ei": [...]}, from params.yaml) and `grpo_overrides`
     the GRPO runs with their overrides, so results left in the workspace by removed runs are not drawn. `ei_last`: the
@@ -245,6 +258,6 @@ def make_plots(
     return [
         baseline_figure(results, out),
         *sft_figure(results, out, runs.get("sft", [])),
-        *ei_figure(ei_last or str(results / "ei" / "{run}"), out, runs.get("ei", [])),
-        *grpo_figures(results, out, grpo_overrides, grpo_seeds),
+        *ei_figure(ei_last or str(results / "ei" / "{run}"), out, runs.get("ei", []), (seeds or {}).get("ei")),
+        *grpo_figures(results, out, grpo_overrides, (seeds or {}).get("grpo")),
     ]

@@ -27,8 +27,8 @@ def main() -> None:
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
     reps = load_section(ReplicatesConfig, "replicates", args.params)
-    seeds = {run: reps.seeds for run in reps.runs("grpo")}
-    results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, grpo_seeds=seeds)
+    seeds = {family: {run: reps.seeds for run in reps.runs(family)} for family in ("ei", "grpo")}  # drawn thin
+    results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, seeds=seeds)
     rounds = int(re.search(r"round_(\d+)", args.ei).group(1))  # EI's last round (`--ei results/ei/{run}/round_N`)
     scores = replicate_scores(Path(args.results), reps, rounds)
     replicates = {key: hierarchical_interval(s) for key, s in scores.items()}

@@ -184,3 +184,23 @@ def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, 
     assert replica[0].get_color() == lines["r"].get_color() and list(replica[0].get_ydata()) == [0.5, 0.2]
     wall = figures["grpo.png"].axes[1]  # every panel draws a run and its replicates in the run's color
     assert [line.get_color() for line in wall.get_lines()] == [lines["r"].get_color()] * 2 + [lines["lr"].get_color()]
+
+
+def test_ei_seed_replicates_are_drawn_from_their_own_chain_s_last_round(tmp_path, monkeypatch):
+    from a5core import plots
+
+    _results(tmp_path / "results")
+    _write(
+        tmp_path / "results" / "ei" / "G2" / "seed_1" / "round_2" / "logs" / "rounds.csv",
+        "round,eval/accuracy,eval/entropy\n0,0.25,1.0\n1,0.125,1.1\n2,0.0,1.2\n",
+    )
+    figures = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figures.setdefault(name, fig) and name)
+    plots.ei_figure(EI_LAST.format(root=tmp_path), tmp_path / "figures", ["G2"], {"G2": (1,)})
+    accuracy, entropy = figures["ei.png"].axes[:2]
+    run, replica = accuracy.get_lines()
+    assert run.get_label() == "G2" and replica.get_label().startswith("_")  # the replicate is thin and unlabelled
+    assert replica.get_color() == run.get_color() and list(replica.get_ydata()) == [0.25, 0.125, 0.0]
+    assert list(entropy.get_lines()[1].get_ydata()) == [1.0, 1.1, 1.2]
+    with pytest.raises(FileNotFoundError):  # a configured replicate that did not run
+        plots.ei_figure(EI_LAST.format(root=tmp_path), tmp_path / "figures", ["G2"], {"G2": (1, 2)})
