@@ -9,13 +9,20 @@ ROOT=$PWD
 STUDY=$ROOT/.study
 [ -d "$STUDY/.git" ] || git clone -q "$ROOT" "$STUDY"
 cd "$STUDY"
-git fetch -q "$ROOT" HEAD && git checkout -q --detach FETCH_HEAD
+git fetch -q "$ROOT" HEAD
+# Move to this commit's code, keeping the study's own state: dvc.lock and the tracked results it wrote (run records,
+# metrics) are stashed across the checkout and put back; params.yaml and conf/config.yaml are written again below.
+git checkout -q -- params.yaml conf/config.yaml
+git stash push -q -- dvc.lock results reports models/.gitignore
+git checkout -q --detach FETCH_HEAD
+if git stash list | grep -q .; then git checkout stash@{0} -- dvc.lock results reports models/.gitignore && git stash drop -q; fi
 ln -sfn "$ROOT/.venv" .venv
 . .venv/bin/activate
 python -m tools.profile cpu-study
 start=$(date +%s)
-# the GRPO family and its seed replicates first: a study cut short keeps the runs its main verdicts rest on
-dvc repro grpo grpo_replicate 2>&1 | tee -a "$STUDY/study.log"
+# the replicated GRPO runs and their seed replicates first: a study cut short keeps what its main verdicts rest on
+first=$(python -c 'import yaml; print(" ".join(f"grpo@{r}" for r in yaml.safe_load(open("params.yaml"))["replicates"]["grpo_runs"]))')
+for target in $first grpo_replicate; do dvc repro "$target" 2>&1 | tee -a "$STUDY/study.log"; done
 dvc repro 2>&1 | tee -a "$STUDY/study.log"
 echo "dvc repro: $(( $(date +%s) - start )) s" | tee -a "$STUDY/study.log"
 mkdir -p "$ROOT/reports/cpu_study"
