@@ -6,6 +6,8 @@
   model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions). Runs with
   seed replicates (`replicates`) are compared by their means over the seeds, with a hierarchical bootstrap over
   seeds, then questions (`a5core.replicates.hierarchical_test`), and a power line says what the replicates resolve.
+  The summary's seed-replicate table (hierarchical intervals) is printed too, from the model folders alone: a study
+  cut short before its `plots` stage still has it.
 - Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.stats.holm`): a family of 11
   contrasts each tested at 5% finds a difference by chance about once in two families. Holm rather than a
   false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"),
@@ -28,6 +30,7 @@ from a5core.replicates import FAMILIES as REPLICATED
 from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test
 from a5core.stats import holm, min_detectable_difference, paired_test
 from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
+from a5core.summary import replicates_text
 
 FAMILIES = {"SFT": ("sft_runs", "sft_{}"), "EI": ("ei_runs", "ei_{}"), "GRPO": ("grpo_runs", "grpo_{}")}
 
@@ -104,22 +107,42 @@ def replicate_config(params: dict) -> ReplicatesConfig:
     return from_dict(ReplicatesConfig, params.get("replicates") or {}, "replicates")
 
 
-def power_text(params: dict, models: Path) -> str:
+def replicated(params: dict, models: Path) -> dict[tuple[str, str], list[dict]]:
+    """{(family, run): the final validation records of its replicates} of every replicated run."""
+    reps = replicate_config(params)
+    return {
+        (fam, run): replicates(models, f"{fam}_{run}", reps.seeds)
+        for fam in REPLICATED.values()
+        for run in reps.runs(fam)
+    }
+
+
+def replicates_table(records: dict[tuple[str, str], list[dict]]) -> str:
+    """The summary's seed-replicate table (hierarchical intervals) from the model folders: it needs only the
+    replicated runs, not the whole DAG, so a study cut short still has it."""
+    method = {fam: name for name, fam in REPLICATED.items()}
+    intervals = {
+        (method[f], r): hierarchical_interval([x["per_question"] for x in recs]) for (f, r), recs in records.items()
+    }
+    return "\n".join(replicates_text(intervals))
+
+
+def power_text(records: dict[tuple[str, str], list[dict]]) -> str:
     """What each family's replicates can resolve: the seed SD they measured, and the smallest difference between
     two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
-    reps = replicate_config(params)
-    return "".join(_power(family, reps.runs(family), reps.seeds, models) for family in REPLICATED.values())
+    return "".join(
+        _power(fam, {r: recs for (f, r), recs in records.items() if f == fam}) for fam in REPLICATED.values()
+    )
 
 
-def _power(family: str, runs: tuple[str, ...], seeds: tuple[int, ...], models: Path) -> str:
-    if not runs:
+def _power(family: str, records: dict[str, list[dict]]) -> str:
+    if not records:
         return ""
-    records = {r: replicates(models, f"{family}_{r}", seeds) for r in runs}
     h = {r: hierarchical_interval([x["per_question"] for x in recs]) for r, recs in records.items()}
     sd = sum(x["seed_sd"] for x in h.values()) / len(h)
     acc = sum(x["mean"] for x in h.values()) / len(h)
-    n, s = min(x["questions"] for x in h.values()), 1 + len(seeds)
-    k = records[runs[0]][0]["metrics"].get("count/samples_per_question", 1)
+    n, s = min(x["questions"] for x in h.values()), min(x["seeds"] for x in h.values())
+    k = next(iter(records.values()))[0]["metrics"].get("count/samples_per_question", 1)
     mde = min_detectable_difference(n, k, acc, seeds=s, seed_sd=sd)
     spread = ", ".join(f"{r} {x['seed_sd']:.3f}" for r, x in h.items())
     return (
@@ -145,7 +168,8 @@ def main() -> None:
         "marks a contrast whose Holm-adjusted p (within its family) is below 0.05. Written by "
         "`python -m tools.ablations`.\n\n"
     ) + table(read_params(a.params), Path(a.models), pairs)
-    text += power_text(read_params(a.params), Path(a.models))
+    records = replicated(read_params(a.params), Path(a.models))
+    text += ("\n" + replicates_table(records) + power_text(records)) if records else ""
     Path(a.out).write_text(text + "\n")
     print(text)
 
