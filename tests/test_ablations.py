@@ -3,7 +3,7 @@ corrected per family (Holm)."""
 
 import json
 
-from tools.ablations import _rows, contrast, final_model, power_text, replicated, replicates_table, table
+from tools.ablations import _rows, contrast, final_model, power_text, ran_only, replicated, replicates_table, table
 
 
 def _model(folder, per_question: dict, protocol: str = "p") -> None:
@@ -75,3 +75,23 @@ def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
     rows = replicates_table(records)  # the summary's table, from the model folders alone
     assert "| GRPO | ref | 2 | 0.250 (" in rows and "| GRPO | a | 2 | 0.562 (" in rows and "| 0.442 |" in rows, rows
     assert power_text(replicated({"replicates": {"grpo_runs": [], "seeds": [1]}}, tmp_path)) == ""
+
+
+def test_ran_only_tabulates_a_study_cut_short_on_what_ran(tmp_path):
+    """`--ran-only` drops the runs whose final model (or a replicate's) is missing, and a family without its
+    reference, and says which; what ran is compared as before."""
+    for folder in ("grpo_ref", "grpo_ref_seed1", "grpo_a", "grpo_a_seed1", "grpo_b", "sft_x", "ei_G4/round_2"):
+        _model(tmp_path / folder, {"q1": 1.0, "q2": 0.0})
+    params = {
+        "sft_runs": {"w": {}, "x": {}},  # the reference w has not run: the family is left out
+        "ei_runs": {"G4": {}},
+        "grpo_runs": {"ref": {}, "a": {}, "b": {}, "c": {}},  # b ran but its seed-1 replicate did not; c did not run
+        "replicates": {"seeds": [1], "grpo_runs": ["ref", "a", "b"], "ei_runs": ["G4"]},  # ei_G4_seed1: not run
+    }
+    kept, dropped = ran_only(params, tmp_path)
+    assert list(kept["grpo_runs"]) == ["ref", "a"] and kept["replicates"]["grpo_runs"] == ["ref", "a"]
+    assert kept["sft_runs"] == {} and kept["ei_runs"] == {} and kept["replicates"]["seeds"] == [1]
+    assert dropped == ["sft_w", "sft_x", "ei_G4", "grpo_b", "grpo_c"]
+    text = table(kept, tmp_path, [])
+    assert "| grpo_a − grpo_ref |" in text and "grpo_b" not in text and text.count("\n") == 2
+    assert set(replicated(kept, tmp_path)) == {("grpo", "ref"), ("grpo", "a")}

@@ -43,8 +43,11 @@ def final_model(models: Path, folder: str) -> Path:
 
 def replicates(models: Path, folder: str, seeds: tuple[int, ...] = ()) -> list[dict]:
     """The final validation records of a run and of its seed replicates (`<folder>_seed<s>`, a5core/replicates.py)."""
-    folders = [folder, *(f"{folder}_seed{s}" for s in seeds)]
-    return [json.loads((final_model(models, f) / "validation.json").read_text()) for f in folders]
+    return [json.loads((final_model(models, f) / "validation.json").read_text()) for f in _folders(folder, seeds)]
+
+
+def _folders(folder: str, seeds: tuple[int, ...]) -> list[str]:
+    return [folder, *(f"{folder}_seed{s}" for s in seeds)]
 
 
 def contrast(
@@ -103,6 +106,25 @@ def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _ran(models: Path, folder: str, seeds: tuple[int, ...]) -> bool:
+    """Whether a run's final model and its replicates' (`<folder>_seed<s>`) have their validations."""
+    return all((final_model(models, f) / "validation.json").exists() for f in _folders(folder, seeds))
+
+
+def ran_only(params: dict, models: Path) -> tuple[dict, list[str]]:
+    """`params` without the runs whose final model, or a replicate's, is not in `models`, and those runs' folders: a
+    study cut short is tabulated on what ran (`--ran-only`). A family whose reference has not run is left out whole."""
+    reps, out, dropped = replicate_config(params), dict(params), []
+    for section, folder in FAMILIES.values():
+        fam, runs = section.removesuffix("_runs"), params.get(section) or {}
+        ran = {r: _ran(models, folder.format(r), reps.seeds if r in reps.runs(fam) else ()) for r in runs}
+        done = {r: o for r, o in runs.items() if ran[r]} if runs and ran[next(iter(runs))] else {}
+        dropped += [folder.format(r) for r in runs if r not in done]
+        out[section] = done
+        out["replicates"] = {**(out.get("replicates") or {}), section: [r for r in reps.runs(fam) if r in done]}
+    return out, dropped
+
+
 def replicate_config(params: dict) -> ReplicatesConfig:
     return from_dict(ReplicatesConfig, params.get("replicates") or {}, "replicates")
 
@@ -159,16 +181,22 @@ def main() -> None:
     ap.add_argument("--models", default="models")
     ap.add_argument("--pair", action="append", default=[], help="an extra contrast A:B of model folders")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ran-only", action="store_true", help="only the runs whose models exist (a study cut short)")
     a = ap.parse_args()
     pairs = [tuple(p.split(":", 1)) for p in a.pair]
+    params, dropped = read_params(a.params), []
+    if a.ran_only:
+        params, dropped = ran_only(params, Path(a.models))
     text = (
         "# Ablation contrasts\n\nEach run's final validation against its family's reference run (the first listed), "
         "paired over the same questions and sample seeds (bootstrap over questions, 95% intervals; p two-sided; with "
         "seed replicates, accuracies are means over the seeds and the bootstrap draws seeds, then questions). ✓ "
         "marks a contrast whose Holm-adjusted p (within its family) is below 0.05. Written by "
         "`python -m tools.ablations`.\n\n"
-    ) + table(read_params(a.params), Path(a.models), pairs)
-    records = replicated(read_params(a.params), Path(a.models))
+    ) + table(params, Path(a.models), pairs)
+    if dropped:
+        text += f"\n\nNot run yet, so left out (Holm corrects over the contrasts above only): {', '.join(dropped)}."
+    records = replicated(params, Path(a.models))
     text += ("\n" + replicates_table(records) + power_text(records)) if records else ""
     Path(a.out).write_text(text + "\n")
     print(text)
