@@ -172,8 +172,15 @@ def budget_steps(rows: list[dict], params: dict) -> dict[str, float]:
 
 
 def forecast_vs_actual(saved: dict, recorded: list[dict]) -> str:
-    """One line: the saved forecast's total beside what those stages' last runs took (their run records)."""
-    took = {r["stage"]: r["duration_s"] for r in recorded if "duration_s" in r}
+    """One line: the saved forecast's total beside what those stages' last runs took (their run records); a record
+    that finished before the forecast was made is not a run it forecast (a clone's committed records, a stage that
+    did not rerun), so it is left out."""
+    made = datetime.fromisoformat(saved["made_utc"])
+    took = {
+        r["stage"]: r["duration_s"]
+        for r in recorded
+        if "duration_s" in r and datetime.fromisoformat(r.get("finished_utc", saved["made_utc"])) > made
+    }
     both = [s for s, seconds in saved["stages"].items() if seconds is not None and s in took]
     if not both:
         return ""

@@ -75,7 +75,12 @@ def test_the_summary_line_puts_the_forecast_beside_the_run_records():
     from a5core.forecast import forecast_vs_actual
 
     saved = {"made_utc": "2026-12-02T07:00:00+00:00", "machine": HERE, "stages": {"a": 600.0, "b": 300.0, "c": None}}
-    took = [{"stage": "a", "duration_s": 900.0}, {"stage": "b", "duration_s": 450.0}, {"stage": "z", "duration_s": 5}]
+    after, before = {"finished_utc": "2026-12-02T08:00:00+00:00"}, {"finished_utc": "2026-12-02T06:59:59+00:00"}
+    took = [{"stage": "a", "duration_s": 900.0, **after}, {"stage": "b", "duration_s": 450.0, **after}]
+    took += [{"stage": "z", "duration_s": 5, **after}, {"stage": "c", "duration_s": 7, **after}]
     line = forecast_vs_actual(saved, took)
     assert "15.0 min for 2 stages; their last runs took 22.5 min (1.50 x the forecast)" in line
+    # a record older than the forecast (a stage that did not run since) is not compared
+    line = forecast_vs_actual(saved, [took[0], {"stage": "b", "duration_s": 450.0, **before}])
+    assert "10.0 min for 1 stages; their last runs took 15.0 min (1.50 x the forecast)" in line
     assert forecast_vs_actual(saved, []) == ""
