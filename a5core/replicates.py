@@ -26,11 +26,8 @@ import numpy as np
 from a5core.config import Section
 from a5core.stats import N_BOOTSTRAP
 
-FAMILIES = {
-    "SFT": "sft",
-    "EI": "ei",
-    "GRPO": "grpo",
-}  # the summary's method -> the family's stage, folder and runs section
+# the summary's method -> the family's stage, folder and runs section
+FAMILIES = {"SFT": "sft", "EI": "ei", "GRPO": "grpo"}
 
 
 @dataclass(frozen=True)
