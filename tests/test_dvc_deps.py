@@ -3,6 +3,7 @@ section is read by the stages that list it, the Expert Iteration rounds form one
 plots are declared, metrics and plots are kept in git (visible on a fresh clone) and every other output is cached
 (the run cache)."""
 
+import pytest
 import yaml
 
 from tools.dag import WIDTH, expand, load_spec, render
@@ -126,6 +127,24 @@ def test_the_generator_leaves_out_flags_and_deps_that_a_round_does_not_define():
     code = expected_deps()["stages/ei_round.py"]
     assert first["deps"] == ["stages/ei_round.py", *code, "models/start"]
     assert second["deps"] == ["stages/ei_round.py", *code, "models/r1", "logs/r1.csv"]
+    spec["stages"]["rep"] = {**spec["stages"]["r"], "rounds": 3}  # a replicate chain must end where the runs do
+    with pytest.raises(ValueError, match=r"rounds:. stages disagree \(\[2, 3\]\)"):
+        expand(spec)
+
+
+def test_ei_replicates_are_chains_of_their_own_over_the_run_x_seed_matrix():
+    stages = _stages()
+    rounds = sorted(int(name.rsplit("_", 1)[1]) for name in stages if name.startswith("ei_replicate_"))
+    assert rounds == sorted(int(n.rsplit("_", 1)[1]) for n in stages if n.startswith("ei_round_"))
+    for k in rounds:
+        body = stages[f"ei_replicate_{k}"]
+        assert body["matrix"] == {"run": "${replicates.ei_runs}", "seed": "${replicates.seeds}"}
+        cmd = body["cmd"].split()
+        assert cmd[cmd.index("--seed") + 1] == "${item.seed}" and cmd[cmd.index("--round") + 1] == str(k)
+        own = f"models/ei_${{item.run}}_seed${{item.seed}}/round_{k}"
+        assert own in body["outs"] and cmd[cmd.index("--out") + 1] == own
+        prev = "models/${ei.init_policy}" if k == 1 else f"models/ei_${{item.run}}_seed${{item.seed}}/round_{k - 1}"
+        assert cmd[cmd.index("--model") + 1] == prev and prev in body["deps"]
 
 
 def test_every_profile_has_every_param_a_stage_depends_on():
