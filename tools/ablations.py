@@ -92,18 +92,22 @@ def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     reps = replicate_config(params)
-
-    def seeds(section: str, run: str) -> tuple[int, ...]:  # a family's replicated runs (sft_runs, ei_runs, ...)
-        return reps.seeds if run in reps.runs(section.removesuffix("_runs")) else ()
-
     for section, folder in FAMILIES.values():
         names = list(params.get(section) or {})
         ref = folder.format(names[0]) if names else ""
         lines += _rows(
-            [contrast(models, folder.format(n), ref, seeds(section, n), seeds(section, names[0])) for n in names[1:]]
+            [
+                contrast(models, folder.format(n), ref, _seeds(reps, section, n), _seeds(reps, section, names[0]))
+                for n in names[1:]
+            ]
         )
     lines += _rows([contrast(models, a, b) for a, b in pairs])
     return "\n".join(lines)
+
+
+def _seeds(reps: ReplicatesConfig, section: str, run: str) -> tuple[int, ...]:
+    """A run's extra seeds: the configured ones if its family (sft_runs, ei_runs, grpo_runs) replicates it."""
+    return reps.seeds if run in reps.runs(section.removesuffix("_runs")) else ()
 
 
 def _ran(models: Path, folder: str, seeds: tuple[int, ...]) -> bool:
@@ -117,7 +121,7 @@ def ran_only(params: dict, models: Path) -> tuple[dict, list[str]]:
     reps, out, dropped = replicate_config(params), dict(params), []
     for section, folder in FAMILIES.values():
         fam, runs = section.removesuffix("_runs"), params.get(section) or {}
-        ran = {r: _ran(models, folder.format(r), reps.seeds if r in reps.runs(fam) else ()) for r in runs}
+        ran = {r: _ran(models, folder.format(r), _seeds(reps, section, r)) for r in runs}
         done = {r: o for r, o in runs.items() if ran[r]} if runs and ran[next(iter(runs))] else {}
         dropped += [folder.format(r) for r in runs if r not in done]
         out[section] = done
