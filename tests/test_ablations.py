@@ -3,7 +3,17 @@ corrected per family (Holm)."""
 
 import json
 
-from tools.ablations import _rows, contrast, final_model, power_text, ran_only, replicated, replicates_table, table
+from tools.ablations import (
+    _rows,
+    contrast,
+    final_model,
+    intervals,
+    power_text,
+    ran_only,
+    replicated,
+    replicates_table,
+    table,
+)
 
 
 def _model(folder, per_question: dict, protocol: str = "p") -> None:
@@ -68,13 +78,14 @@ def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
     only_a = table({"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["a"], "seeds": [1]}}, tmp_path, [])
     assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in only_a  # the reference: its own run alone (0.25)
     records = replicated({"replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}, tmp_path)
-    power = power_text(records)
+    h = intervals(records)  # once, for the power line and the table
+    power = power_text(records, h)
     # seed SDs: ref 0 (two equal replicates), a 0.4419 (0.875 and 0.25, ddof 1); 4 questions x 1 sample x 2 seeds
     assert "SD ref 0.000, a 0.442 (mean 0.221)" in power and "4 questions x 1 samples x 2 seeds" in power
     assert "Power (GRPO, 2 seeds)" in power and "Power (SFT" not in power
-    rows = replicates_table(records)  # the summary's table, from the model folders alone
+    rows = replicates_table(h)  # the summary's table, from the model folders alone
     assert "| GRPO | ref | 2 | 0.250 (" in rows and "| GRPO | a | 2 | 0.562 (" in rows and "| 0.442 |" in rows, rows
-    assert power_text(replicated({"replicates": {"grpo_runs": [], "seeds": [1]}}, tmp_path)) == ""
+    assert power_text({}, intervals(replicated({"replicates": {"grpo_runs": [], "seeds": [1]}}, tmp_path))) == ""
 
 
 def test_ran_only_tabulates_a_study_cut_short_on_what_ran(tmp_path):

@@ -143,32 +143,33 @@ def replicated(params: dict, models: Path) -> dict[tuple[str, str], list[dict]]:
     }
 
 
-def replicates_table(records: dict[tuple[str, str], list[dict]]) -> str:
-    """The summary's seed-replicate table (hierarchical intervals) from the model folders: it needs only the
+def intervals(records: dict[tuple[str, str], list[dict]]) -> dict[tuple[str, str], dict]:
+    """{(family, run): its hierarchical interval over seeds, then questions}, computed once for the table and the
+    power line (each is 10k bootstrap draws)."""
+    return {key: hierarchical_interval([x["per_question"] for x in recs]) for key, recs in records.items()}
+
+
+def replicates_table(h: dict[tuple[str, str], dict]) -> str:
+    """The summary's seed-replicate table (hierarchical intervals `h`) from the model folders: it needs only the
     replicated runs, not the whole DAG, so a study cut short still has it."""
     method = {fam: name for name, fam in REPLICATED.items()}
-    intervals = {
-        (method[f], r): hierarchical_interval([x["per_question"] for x in recs]) for (f, r), recs in records.items()
-    }
-    return "\n".join(replicates_text(intervals))
+    return "\n".join(replicates_text({(method[f], r): x for (f, r), x in h.items()}))
 
 
-def power_text(records: dict[tuple[str, str], list[dict]]) -> str:
-    """What each family's replicates can resolve: the seed SD they measured, and the smallest difference between
-    two runs' seed means that the protocol detects with 80% power (a5core.stats.min_detectable_difference)."""
-    return "".join(
-        _power(fam, {r: recs for (f, r), recs in records.items() if f == fam}) for fam in REPLICATED.values()
-    )
+def power_text(records: dict[tuple[str, str], list[dict]], h: dict[tuple[str, str], dict]) -> str:
+    """What each family's replicates can resolve: the seed SD they measured (`h`, from `intervals`), and the smallest
+    difference between two runs' seed means that the protocol detects with 80% power
+    (a5core.stats.min_detectable_difference)."""
+    return "".join(_power(fam, {r: x for (f, r), x in h.items() if f == fam}, records) for fam in REPLICATED.values())
 
 
-def _power(family: str, records: dict[str, list[dict]]) -> str:
-    if not records:
+def _power(family: str, h: dict[str, dict], records: dict[tuple[str, str], list[dict]]) -> str:
+    if not h:
         return ""
-    h = {r: hierarchical_interval([x["per_question"] for x in recs]) for r, recs in records.items()}
     sd = sum(x["seed_sd"] for x in h.values()) / len(h)
     acc = sum(x["mean"] for x in h.values()) / len(h)
     n, s = min(x["questions"] for x in h.values()), min(x["seeds"] for x in h.values())
-    k = next(iter(records.values()))[0]["metrics"].get("count/samples_per_question", 1)
+    k = records[(family, next(iter(h)))][0]["metrics"].get("count/samples_per_question", 1)
     mde = min_detectable_difference(n, k, acc, seeds=s, seed_sd=sd)
     spread = ", ".join(f"{r} {x['seed_sd']:.3f}" for r, x in h.items())
     return (
@@ -201,7 +202,8 @@ def main() -> None:
     if dropped:
         text += f"\n\nNot run yet, so left out (Holm corrects over the contrasts above only): {', '.join(dropped)}."
     records = replicated(params, Path(a.models))
-    text += ("\n" + replicates_table(records) + power_text(records)) if records else ""
+    h = intervals(records)
+    text += ("\n" + replicates_table(h) + power_text(records, h)) if records else ""
     Path(a.out).write_text(text + "\n")
     print(text)
 
