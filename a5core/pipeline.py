@@ -298,16 +298,22 @@ class Snapshots:
 METRIC_KEYS = ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "eval/delta", "eval/delta_lo", "eval/delta_hi")
 
 
-def write_results(metrics_path: str | Path, final: Evaluation, initial: dict | None = None, **extra) -> dict:
+def write_results(
+    metrics_path: str | Path, final: Evaluation, initial: dict | None = None, protocol: str | None = None, **extra
+) -> dict:
     """A stage's results: `metrics.json` holds the few numbers `dvc metrics show` / `dvc exp show` list (accuracy
     with its 95% interval, and the paired change from the starting policy with its interval); `details.json` beside
-    it holds the rest (format rate, protocol size, starting accuracy, steps, ...: `extra`, but wall-clock values)."""
+    it holds the rest (format rate, protocol size, starting accuracy, steps, ...: `extra`, but wall-clock values);
+    with `protocol`, `validation.json` beside them holds the final validation per question (a trained run's: the
+    summary's seed-replicate intervals read it)."""
     out = {**final.metrics, **(paired_summary(final, initial) if initial else {}), **extra}
     metrics_path = Path(metrics_path)
     write_json({k: out[k] for k in METRIC_KEYS if k in out}, metrics_path)
     # Wall-clock values (`*_s`) go to the stage's run record instead: details.json is read by the plots stage.
     details = {k: v for k, v in out.items() if k not in METRIC_KEYS and not is_timing(k)}
     write_json(details, metrics_path.with_name("details.json"))
+    if protocol is not None:
+        write_json(validation_record(final, protocol), metrics_path.with_name(VALIDATION_FILE))
     return out
 
 

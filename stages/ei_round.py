@@ -8,7 +8,6 @@ the copy round k-1 wrote), against which every round reports its paired change.
 
 import dataclasses
 import sys
-from pathlib import Path
 
 from a5core import stage
 from a5core.artifacts import provenance, write_json, write_parquet, write_text
@@ -66,9 +65,8 @@ def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     write_csv(rounds, f"{args.logs}/rounds.csv")
     write_parquet([r.row() for r in result.rollouts], args.rollouts, prov, ROLLOUT_SCHEMA)
     write_json(ts.initial, args.initial_out)
-    write_results(args.metrics, result.final, ts.initial, round=args.round, kept=result.details["count/kept"])
-    # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
-    write_json(validation_record(result.final, ts.protocol), Path(args.metrics).with_name("validation.json"))
+    kept = result.details["count/kept"]
+    write_results(args.metrics, result.final, ts.initial, protocol=ts.protocol, round=args.round, kept=kept)
     write_text(ei_report(args.run, rounds, result.details), args.report)
 
 

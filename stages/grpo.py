@@ -2,15 +2,13 @@
 grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/replicates.py)."""
 
 import dataclasses
-from pathlib import Path
 
 from a5core import stage
-from a5core.artifacts import write_json
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import EvalConfig, load_run, load_section
 from a5core.grpo import GRPOConfig, train_grpo
 from a5core.history import timings
-from a5core.pipeline import Snapshots, training_stage, validation_record, write_results
+from a5core.pipeline import Snapshots, training_stage, write_results
 from a5core.prompts import REWARD_FNS
 from a5core.runinfo import write_run_record
 
@@ -63,9 +61,7 @@ def main() -> None:
         )
     ts.save(args.out, result.final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
-        write_results(args.metrics, result.final, ts.initial, **result.details)
-        # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
-        write_json(validation_record(result.final, ts.protocol), Path(args.metrics).with_name("validation.json"))
+        write_results(args.metrics, result.final, ts.initial, protocol=ts.protocol, **result.details)
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return

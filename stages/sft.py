@@ -6,10 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from a5core import stage
-from a5core.artifacts import write_json
 from a5core.checkpoint import Checkpointer, fingerprint
 from a5core.config import SFTRun, from_dict, load_section, read_params
-from a5core.pipeline import Snapshots, training_stage, validation_record, write_results
+from a5core.pipeline import Snapshots, training_stage, write_results
 from a5core.runinfo import write_run_record
 from a5core.sft import SFTConfig, train_sft
 from a5core.sft_data import select_examples
@@ -46,9 +45,7 @@ def main() -> None:
     final = result.final
     ts.save(args.out, final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
-        write_results(args.metrics, final, ts.initial, examples=len(rows), **result.details)
-        # the final validation per question beside the metrics: the summary's seed-replicate intervals read it
-        write_json(validation_record(final, ts.protocol), Path(args.metrics).with_name("validation.json"))
+        write_results(args.metrics, final, ts.initial, protocol=ts.protocol, examples=len(rows), **result.details)
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return

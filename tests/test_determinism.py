@@ -81,6 +81,18 @@ def test_results_keep_wall_clock_out_of_details(tmp_path):
     write_results(tmp_path / "metrics.json", Final(), best_step=3, best_wall_s=12.5)
     details = json.loads((tmp_path / "details.json").read_text())
     assert details["best_step"] == 3 and "best_wall_s" not in details
+    assert not (tmp_path / "validation.json").exists()  # only a trained run's results carry it (`protocol`)
+
+
+def test_a_trained_runs_results_carry_its_validation_per_question(tmp_path):
+    """`protocol` writes validation.json beside the metrics: what the seed-replicate intervals read."""
+
+    class Final:
+        metrics, per_question, at_k = METRICS, [{"unique_id": "q1", "score": 0.5}], {}
+
+    write_results(tmp_path / "metrics.json", Final(), protocol="64 x 2")
+    record = json.loads((tmp_path / "validation.json").read_text())
+    assert record == {"protocol": "64 x 2", "metrics": METRICS, "per_question": Final.per_question}
 
 
 def test_run_record_is_ignored_by_dvc_and_holds_the_volatile_facts(tmp_path):
