@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from a5core.arch import KNOWN, Arch, architecture
-from a5core.config import GenerationConfig, ModelConfig, load_section, read_params
+from a5core.config import GenerationConfig, ModelConfig, from_dict, load_section, read_params
+from a5core.replicates import ReplicatesConfig
 
 GB = 1024**3
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,10 +249,14 @@ def ei_rounds(dvc_yaml: Path = ROOT / "dvc.yaml") -> int:
 
 
 def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
-    """GB the configured DAG keeps on disk (one copy of each model: DVC's cache links to the workspace)."""
+    """GB the configured DAG keeps on disk (one copy of each model, seed replicates' included: DVC's cache links to
+    the workspace)."""
     model = arch.parameters * BYTES[dtype] / GB
+    replicas = from_dict(ReplicatesConfig, params.get("replicates"), "replicates").stages(ei_rounds())  # a model each
     ei_models = ei_rounds() * len(params.get("ei_runs") or {})
-    n_models = 1 + len(params.get("sft_runs") or {}) + ei_models + len(params.get("grpo_runs") or {})
+    ei_models += sum(name.startswith("ei_") for name in replicas)  # one folder per round of each EI replicate
+    n_models = 1 + len(params.get("sft_runs") or {}) + len(params.get("grpo_runs") or {}) + ei_models
+    n_models += sum(not name.startswith("ei_") for name in replicas)
     ei = params["ei"]
     rollouts = ei_models * ei["n_questions"] * ei["rollouts_per_question"] * 8e3 / GB
     kahan = (params.get("model") or {}).get("weight_update") == "kahan"

@@ -88,6 +88,11 @@ def test_disk_plan_counts_every_kept_model(tmp_path):
     assert plan.ei_rounds() == 5  # counted from dvc.yaml's ei_round_<k> stages
     n = 1 + 6 + 5 * 5 + 11  # base, SFT runs, EI rounds x runs, GRPO runs
     assert disk[f"models ({n} folders)"] == pytest.approx(n * 1_543_714_304 * 2 / 1024**3)
+    params["replicates"] = {"seeds": [1, 2], "sft_runs": ["filtered"], "ei_runs": ["G4"], "grpo_runs": ["a", "b"]}
+    disk = plan.disk_plan(params, QWEN, "bfloat16")  # 2 seeds x (1 SFT + 5 EI rounds + 2 GRPO) replicate folders
+    assert disk[f"models ({n + 16} folders)"] == pytest.approx((n + 16) * 1_543_714_304 * 2 / 1024**3)
+    one_run = params["ei"]["n_questions"] * params["ei"]["rollouts_per_question"] * 8e3 / 1024**3
+    assert disk["EI rollouts"] == pytest.approx((5 * 5 + 2 * 5) * one_run)  # the replicates' rounds roll out too
     with pytest.raises(SystemExit, match="needs about"):
         plan.check_free_disk(tmp_path, 1e9)
 
