@@ -46,6 +46,29 @@ def set_rng_state(state: dict) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
+WHOLE = ("model", "optimizer")  # the whole-tensor parts of a state, which fsdp2 loads from rank 0 by broadcast
+
+
+def _read(path: Path) -> tuple[dict | None, Exception | None]:
+    """(state, the error that made it unreadable). Every rank reads the file, but under fsdp2 rank 0 alone: the
+    others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- `distributed.load_states` then
+    streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's whole AdamW state, ~84 GB,
+    would need ~670 GB of host memory on one node)."""
+    state, err = None, None
+    if distributed.is_main() or not distributed.world().sharded:
+        try:
+            state = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as caught:  # any unreadable file means: do not resume from it
+            err = caught
+    if not distributed.world().sharded:
+        return state, err
+    rest = None if state is None else {k: v for k, v in state.items() if k not in WHOLE}
+    rest = distributed.from_main(rest)
+    if distributed.is_main():
+        return state, err
+    return (None, None) if rest is None else ({**rest, **{k: {} for k in WHOLE}}, None)
+
+
 class Checkpointer:
     """Save/restore of one run's state under `folder`; `every`: steps between saves (0 = never)."""
 
@@ -62,15 +85,12 @@ class Checkpointer:
 
     def load(self) -> dict | None:
         """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning). On N ranks
-        every rank reads it, they agree on whether it was readable, and rank 0 alone moves it aside."""
+        the ranks agree on whether it was readable (`_read`), and rank 0 alone moves it aside."""
         for name in ("state", "state.old"):  # state.old exists only if a kill hit between the two renames
             path = self.folder / name / "state.pt"
             if not distributed.any_rank(path.exists()):
                 continue
-            try:
-                state, err = torch.load(path, weights_only=True, map_location="cpu"), None
-            except Exception as caught:  # any unreadable file means: do not resume from it
-                state, err = None, caught
+            state, err = _read(path)
             if not distributed.any_rank(err is not None):
                 return state
             if distributed.is_main():

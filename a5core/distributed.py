@@ -17,7 +17,7 @@
     ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
     one for others) is off (a5core/logprobs.py). Generation and saving use a full copy of the weights on each
     rank (`full_weights`), updated one `full_tensor()` at a time; checkpoints hold whole state dicts, so a run
-    resumes on any number of ranks.
+    resumes on any number of ranks; rank 0 alone reads one back and broadcasts it into the shards (a5core.checkpoint).
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
   (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
 """
@@ -138,6 +138,15 @@ def all_sum(values: dict[str, float]) -> dict[str, float]:
     parts: list = [None] * _world.size
     dist.all_gather_object(parts, values)
     return {k: sum(part.get(k, 0) for part in parts) for k in sorted({k for part in parts for k in part})}
+
+
+def from_main(obj):
+    """Rank 0's `obj` (picklable) on every rank; the others' own are ignored."""
+    if _world.size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def any_rank(flag: bool) -> bool:

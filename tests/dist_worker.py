@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import io
 import itertools
 import os
+from pathlib import Path
 
 import torch
 
 from a5core import autocast, compute, distributed
+from a5core.checkpoint import Checkpointer
 from a5core.distributed import DistributedConfig
 from a5core.grpo import GRPOConfig
 from a5core.grpo_update import old_log_probs_for, optimizer_step
@@ -90,25 +91,38 @@ def sft_case(model, tok, norm: str, micro: int) -> dict:
     return {"grad": torch.cat([whole(p.grad).flatten() for p in m.parameters()]), "stats": stats}
 
 
-def resume_case(model, tok) -> dict:
-    """Two AdamW steps straight, and the second again after a round trip of both state dicts through a file (the
-    checkpoint's whole tensors: fsdp2 gathers and re-shards them)."""
+def resume_case(model, tok, folder: Path) -> dict:
+    """Two AdamW steps straight, and the second again after the first's state went through the Checkpointer (whole
+    tensors: fsdp2 gathers them, and rank 0 alone reads them back and broadcasts them into the shards)."""
     cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
     batch, cpu = rollouts(tok), torch.device("cpu")
     m = fresh(model)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
-    saved = {"model": distributed.model_state(m), "optim": distributed.optimizer_state(m, opt)}
-    buffer = io.BytesIO()  # through bytes, as a checkpoint file (a state dict shares the live tensors)
-    torch.save(saved, buffer)
-    buffer.seek(0)
-    saved = torch.load(buffer, weights_only=True)
+    Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
     m2 = fresh(model)
     opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
-    distributed.load_states(m2, opt2, saved["model"], saved["optim"])
+    reads, load = [], torch.load
+
+    def counted(f, *args, **kwargs):  # which ranks open the checkpoint file (unpickling a tensor loads bytes)
+        if isinstance(f, (str, os.PathLike)):
+            reads.append(distributed.world().rank)
+        return load(f, *args, **kwargs)
+
+    torch.load = counted
+    try:
+        state = Checkpointer(folder, "fp", every=1).restore_training(m2, opt2)
+    finally:
+        torch.load = load
     optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
-    return {"straight": flat_weights(m), "resumed": flat_weights(m2)}
+    restored = [(state["step"], state["history"])]
+    if distributed.is_main():  # a truncated file: every rank starts afresh (rank 0 alone may have read it)
+        (folder / "state" / "state.pt").write_bytes(b"PK\x03\x04")
+    distributed.barrier()
+    fresh_start = [Checkpointer(folder, "fp", every=1).load() is None]
+    return {"straight": flat_weights(m), "resumed": flat_weights(m2), "readers": distributed.gather(reads),
+            "restored": distributed.gather(restored), "fresh_start": distributed.gather(fresh_start)}  # fmt: skip
 
 
 def rollout_case(model, tok) -> list[tuple]:
@@ -173,7 +187,7 @@ def main() -> None:
         out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
     m = fresh(model)
     out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
-    out["resume"] = resume_case(model, tok)
+    out["resume"] = resume_case(model, tok, Path(args.out).with_name(f"ckpt_{args.strategy}_{world}"))
     out["rollouts"] = rollout_case(model.eval(), tok)
     out["timeouts"] = timeout_case()
     out["any_rank"] = [distributed.any_rank(distributed.world().rank == 1), distributed.any_rank(False)]

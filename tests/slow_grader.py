@@ -31,7 +31,7 @@ def echo_reward(response, ground_truth):
 
 def daemon_grade(conn, timeout_s):
     """Run `grade` in a daemonic process (which cannot start a grader worker) with a given single-call limit."""
-    from a5core.grader import grade, pool
+    from a5core.grader import grade, single
 
-    pool.SINGLE_CALL_TIMEOUT_S = timeout_s
+    single.SINGLE_CALL_TIMEOUT_S = timeout_s
     conn.send(grade("</think> <answer>\\tan^2 x + 1</answer>", "\\sec^2 x").to_dict())

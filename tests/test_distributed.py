@@ -79,8 +79,14 @@ def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
 def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
+    """Through the Checkpointer: every rank resumes at the saved step and history; under fsdp2 rank 0 alone reads
+    the file (the others' shards come from its broadcast), elsewhere every rank reads it."""
     resume = runs[strategy]["resume"]
     assert torch.equal(resume["resumed"], resume["straight"])
+    assert resume["readers"] == {"single": [0], "ddp": [0, 1], "fsdp2": [0]}[strategy]
+    ranks = 1 if strategy == "single" else 2
+    assert resume["restored"] == [(1, [{"step": 1}])] * ranks
+    assert resume["fresh_start"] == [True] * ranks  # an unreadable state: no rank resumes from it
     assert torch.allclose(resume["straight"], runs["single"]["resume"]["straight"], rtol=0, atol=2e-6)  # 2 AdamW
 
 

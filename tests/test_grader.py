@@ -18,6 +18,7 @@ from a5core.grader import (
     question_only_reward_fn,
     r1_zero_reward_fn,
     r1_zero_strict_reward_fn,
+    single,
 )
 from a5core.grader import pool as pool_mod
 from a5core.grader.pool import BUILTIN, GraderPool, load_reward_fn
@@ -557,7 +558,7 @@ def test_handout_hang_input_bounded():
 
 
 def test_single_call_timeout_restarts_worker(monkeypatch):
-    monkeypatch.setattr(pool_mod, "SINGLE_CALL_TIMEOUT_S", 0.001)  # this pair needs ~0.1 s of simplification
+    monkeypatch.setattr(single, "SINGLE_CALL_TIMEOUT_S", 0.001)  # this pair needs ~0.1 s of simplification
     r = grade(R("\\tan^2 x + 1"), "\\sec^2 x")
     assert (r.status, r.reward, r.format_reward) == ("timeout", 0.0, 1.0)  # the format part is kept
     monkeypatch.undo()
@@ -565,7 +566,7 @@ def test_single_call_timeout_restarts_worker(monkeypatch):
 
 
 def test_single_call_worker_that_cannot_start_scores_zero(monkeypatch):
-    pool_mod.close_single_pool()
+    single.close_single_pool()
     monkeypatch.setattr(pool_mod, "STARTUP_TIMEOUT_S", 0.0)
     r = grade(R("1"), "1")
     assert (r.status, r.reward) == ("error", 0.0) and "did not start" in r.detail
@@ -664,10 +665,10 @@ def test_daemonic_process_grades_under_an_alarm():
 
 
 def test_unbounded_inline_grading_warns_once(monkeypatch, caplog):
-    monkeypatch.setattr(pool_mod, "_warned_unbounded", False)
+    monkeypatch.setattr(single, "_warned_unbounded", False)
     out = []
     for _ in range(2):
-        th = threading.Thread(target=lambda: out.append(pool_mod._grade_inline_bounded(R("2"), "2", "r1_zero")))
+        th = threading.Thread(target=lambda: out.append(single._grade_inline_bounded(R("2"), "2", "r1_zero")))
         th.start()
         th.join(60)
     assert [o["status"] for o in out] == ["correct", "correct"]

@@ -19,7 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from a5core.grader import GraderPool, grade, question_only_reward_fn, r1_zero_reward_fn, r1_zero_strict_reward_fn
+from a5core.grader import (
+    GraderPool,
+    grade,
+    question_only_reward_fn,
+    r1_zero_reward_fn,
+    r1_zero_strict_reward_fn,
+    single,
+)
 from a5core.grader import pool as pool_mod
 from a5core.grader.extract import boxed_contents, extract_question_only, extract_r1_zero, extract_r1_zero_strict
 from a5core.grader.normalize import normalize, screen
@@ -27,7 +34,7 @@ from a5core.grader.parse import tokenize
 from tests.hostile_inputs import MACROS
 
 GRADER_DIR = pathlib.Path(__file__).resolve().parents[1] / "a5core" / "grader"
-CALL_LIMIT_S = pool_mod.SINGLE_CALL_TIMEOUT_S + 1.0  # the bound plus pipe transfer
+CALL_LIMIT_S = single.SINGLE_CALL_TIMEOUT_S + 1.0  # the bound plus pipe transfer
 RULES = ("r1_zero", "r1_zero_strict", "question_only")
 REWARD_FNS = (r1_zero_reward_fn, r1_zero_strict_reward_fn, question_only_reward_fn)
 
@@ -473,7 +480,7 @@ def test_universal_answers_score_zero():
                 responses.append(wrap(cand, rule))
                 packed.append((gt, rule))
                 labels.append((cand, gt, rule))
-    with GraderPool(pool_mod.SINGLE_CALL_PATH, workers=2, timeout_s=pool_mod.SINGLE_CALL_TIMEOUT_S) as pool:
+    with GraderPool(pool_mod.SINGLE_CALL_PATH, workers=2, timeout_s=single.SINGLE_CALL_TIMEOUT_S) as pool:
         out = pool.map(responses, packed)
     wins = [(lab, o["status"]) for lab, o in zip(labels, out, strict=True) if o["reward"] != 0]
     timeouts = [lab for lab, o in zip(labels, out, strict=True) if o["status"] == "timeout"]
@@ -626,7 +633,7 @@ def test_no_regex_with_nested_quantifiers():
 def audit_pool():
     from a5core.grader.audit import AUDIT_PATH
 
-    with GraderPool(AUDIT_PATH, workers=1, timeout_s=pool_mod.SINGLE_CALL_TIMEOUT_S) as pool:
+    with GraderPool(AUDIT_PATH, workers=1, timeout_s=single.SINGLE_CALL_TIMEOUT_S) as pool:
         yield pool
 
 

@@ -4,16 +4,13 @@
   and the item scores 0 (`timeout`; its format reward is still computed by the parent); workers run under an
   address-space limit (a blow-up is `rejected_input`). Requests carry a batch id, and an interrupted `map` kills its
   busy workers, so no old result lands in a new batch.
-- `bounded_grade`: the same bound for single calls (`grade`, the reward functions) through a lazily started
-  one-worker pool; inline inside a grader worker; in other daemonic processes under SIGALRM (main thread only,
-  weaker) or, off the main thread, unbounded after a one-time warning.
+- Single calls (`grade`, the reward functions) get the same bound through a one-worker pool (a5core.grader.single).
 - The reward function is named by import path (`module:function`), so users can plug in their own grader.
 - Workers exit when the pipe closes or their parent dies (a watchdog thread), leaving no orphans.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import logging
 import multiprocessing as mp
@@ -31,7 +28,6 @@ from tqdm.auto import tqdm
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS
 
 STARTUP_TIMEOUT_S = 120
-SINGLE_CALL_TIMEOUT_S = 5.0  # time limit of one `grade` / reward-function call (read at each call)
 SINGLE_CALL_PATH = "a5core.grader.reward:grade_inline"  # items carry (ground_truth, prompt)
 PARENT_POLL_S = 0.5
 BUILTIN = {
@@ -43,9 +39,6 @@ BUILTIN = {
     "a5core.grader.reward:question_only_reward_fn": "question_only",
 }
 _in_worker = False  # set in grader worker processes
-_single: dict = {"pool": None, "pid": None}  # the single-call pool and the pid that owns its pipes
-_single_lock = threading.Lock()
-_warned_unbounded = False
 logger = logging.getLogger(__name__)
 
 
@@ -375,80 +368,3 @@ def grade_batch(
     """One-shot batch grading through a temporary `GraderPool`."""
     with GraderPool(reward_fn, workers=workers, timeout_s=timeout_s) as pool:
         return pool.map(responses, ground_truths, progress=progress)
-
-
-def _single_pool() -> GraderPool:
-    """The process-wide one-worker pool (a fresh one after a fork: pipes are not shared across processes)."""
-    if _single["pool"] is None or _single["pid"] != os.getpid():
-        _single["pool"], _single["pid"] = GraderPool(SINGLE_CALL_PATH, workers=1), os.getpid()
-    return _single["pool"]
-
-
-def close_single_pool() -> None:
-    """Stop the single-call worker (also run at interpreter exit)."""
-    with _single_lock:
-        if _single["pool"] is not None and _single["pid"] == os.getpid():
-            _single["pool"].close()
-        _single["pool"] = None
-
-
-atexit.register(close_single_pool)
-
-
-class _AlarmTimeout(BaseException):
-    """Raised by the SIGALRM handler; a BaseException, so grading code that catches Exception lets it through."""
-
-
-def _on_alarm(signum, frame) -> None:
-    raise _AlarmTimeout
-
-
-def _grade_inline_bounded(response, ground_truth, prompt: str) -> dict:
-    """grade_inline in a daemonic process (no children allowed): under SIGALRM on the main thread, else
-    unbounded after a one-time warning (see the module docstring)."""
-    global _warned_unbounded
-    from a5core.grader.reward import grade_inline
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        if not _warned_unbounded:
-            _warned_unbounded = True
-            logger.warning(
-                "grading inline without a time limit: a daemonic process off the main thread cannot "
-                "start a grader worker or set a SIGALRM timer"
-            )
-        return grade_inline(response, ground_truth, prompt).to_dict()
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    outer = signal.setitimer(signal.ITIMER_REAL, SINGLE_CALL_TIMEOUT_S)[0]
-    start = time.monotonic()
-    try:
-        try:
-            result = grade_inline(response, ground_truth, prompt).to_dict()
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)  # an alarm before this line is caught just below
-    except _AlarmTimeout:
-        result = timeout_result(SINGLE_CALL_PATH, response, (ground_truth, prompt), f"over {SINGLE_CALL_TIMEOUT_S}s")
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-        if outer:  # an outer timer was running: give it back what is left of it
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, outer - (time.monotonic() - start)))
-    return result
-
-
-def bounded_grade(response, ground_truth, prompt: str) -> dict:
-    """grade_inline(...).to_dict() under SINGLE_CALL_TIMEOUT_S (see the module docstring)."""
-    if _in_worker:
-        from a5core.grader.reward import grade_inline
-
-        return grade_inline(response, ground_truth, prompt).to_dict()
-    if in_grader_worker():
-        return _grade_inline_bounded(response, ground_truth, prompt)
-    with _single_lock:
-        pool = _single_pool()
-        pool.timeout_s = SINGLE_CALL_TIMEOUT_S
-        try:
-            return pool.map([response], [(ground_truth, prompt)])[0]
-        except RuntimeError as err:  # the worker could not start: score 0 (never grade unbounded), retry next call
-            logger.warning("single-call grader worker failed: %s", err)
-            pool.close()
-            _single["pool"] = None
-            return failed("error", str(err)[:300])

@@ -3,7 +3,7 @@
 `grade(response, ground_truth, prompt)` returns a `GradeResult` with everything the pipeline logs;
 `r1_zero_reward_fn` / `r1_zero_strict_reward_fn` / `question_only_reward_fn` return the handout's three
 floats. Every one of them is time-bounded: the grading itself (`grade_inline`) runs in a process-wide,
-killable grader worker (a5core.grader.pool.bounded_grade), or inline when the caller already is a grader
+killable grader worker (a5core.grader.single.bounded_grade), or inline when the caller already is a grader
 worker; an item over the limit scores answer 0 with status `timeout` (its format reward is still computed,
 by the parent, for the built-in rules). Nothing here executes model text: answers
 are normalized, screened and parsed by our own code (a5core.grader.parse; no eval/sympify).
@@ -21,7 +21,7 @@ from a5core.grader.equivalence import answers_equal
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS, boxed_contents, last_boxed
 from a5core.grader.normalize import compact, prepare
 from a5core.grader.parse import Unparsable
-from a5core.grader.pool import bounded_grade
+from a5core.grader.single import bounded_grade
 
 logger = logging.getLogger(__name__)
 Status = Literal[
