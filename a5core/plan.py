@@ -252,8 +252,9 @@ def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
     """GB the configured DAG keeps on disk (one copy of each model, seed replicates' included: DVC's cache links to
     the workspace)."""
     model = arch.parameters * BYTES[dtype] / GB
-    replicas = from_dict(ReplicatesConfig, params.get("replicates"), "replicates").stages(ei_rounds())  # a model each
-    ei_models = ei_rounds() * len(params.get("ei_runs") or {})
+    rounds = ei_rounds()
+    replicas = from_dict(ReplicatesConfig, params.get("replicates"), "replicates").stages(rounds)  # a model each
+    ei_models = rounds * len(params.get("ei_runs") or {})
     ei_models += sum(name.startswith("ei_") for name in replicas)  # one folder per round of each EI replicate
     n_models = 1 + len(params.get("sft_runs") or {}) + len(params.get("grpo_runs") or {}) + ei_models
     n_models += sum(not name.startswith("ei_") for name in replicas)

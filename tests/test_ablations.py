@@ -71,12 +71,13 @@ def test_grpo_contrasts_use_the_seed_replicates(tmp_path):
     c = contrast(tmp_path, "grpo_a", "grpo_ref", seeds=(1,))
     assert c["seeds"] == 2 and c["accuracy"] == (0.875 + 0.25) / 2 and c["reference"] == 0.25
     assert c["delta"][0] == 0.3125 and c["delta"][1] <= 0 and c["p"] > 0.05  # one seed of two moved: not resolved
-    text = table(
-        {"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}, tmp_path, []
-    )
+    reps = {"replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}
+    text = table({"grpo_runs": {"ref": {}, "a": {}}, **reps}, tmp_path, [])
     assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in text and "| 4 | 2 |" in text
     only_a = table({"grpo_runs": {"ref": {}, "a": {}}, "replicates": {"grpo_runs": ["a"], "seeds": [1]}}, tmp_path, [])
     assert "| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (" in only_a  # the reference: its own run alone (0.25)
+    paired = table({"grpo_runs": {"ref": {}, "a": {}}, **reps}, tmp_path, [("grpo_a", "grpo_ref")])
+    assert paired.count("| grpo_a − grpo_ref | 0.562 | 0.250 | +0.312 (") == 2  # a --pair uses the seeds too
     records = replicated({"replicates": {"grpo_runs": ["ref", "a"], "seeds": [1]}}, tmp_path)
     h = intervals(records)  # once, for the power line and the table
     power = power_text(records, h)

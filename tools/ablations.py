@@ -101,8 +101,19 @@ def table(params: dict, models: Path, pairs: list[tuple[str, str]]) -> str:
                 for n in names[1:]
             ]
         )
-    lines += _rows([contrast(models, a, b) for a, b in pairs])
+    lines += _rows(
+        [contrast(models, a, b, _folder_seeds(params, reps, a), _folder_seeds(params, reps, b)) for a, b in pairs]
+    )
     return "\n".join(lines)
+
+
+def _folder_seeds(params: dict, reps: ReplicatesConfig, folder: str) -> tuple[int, ...]:
+    """A `--pair` folder's extra seeds: its run's, if it is a replicated run of a family (as the family rows use)."""
+    for section, pattern in FAMILIES.values():
+        prefix = pattern.format("")
+        if folder.startswith(prefix) and folder.removeprefix(prefix) in (params.get(section) or {}):
+            return _seeds(reps, section, folder.removeprefix(prefix))
+    return ()
 
 
 def _seeds(reps: ReplicatesConfig, section: str, run: str) -> tuple[int, ...]:

@@ -120,6 +120,11 @@ def timeout_result(path: str, response, ground_truth, detail: str) -> dict:
     return out
 
 
+def in_worker() -> bool:
+    """True in a grader worker process, whose calls its pool already bounds."""
+    return _in_worker
+
+
 def in_grader_worker() -> bool:
     """True in a grader worker process (and in any daemonic process, which cannot start workers)."""
     return _in_worker or mp.current_process().daemon

@@ -84,7 +84,7 @@ def _grade_inline_bounded(response, ground_truth, prompt: str) -> dict:
 
 def bounded_grade(response, ground_truth, prompt: str) -> dict:
     """grade_inline(...).to_dict() under SINGLE_CALL_TIMEOUT_S (see the module docstring)."""
-    if _pool._in_worker:  # a grader worker: already bounded
+    if _pool.in_worker():  # a grader worker: already bounded
         from a5core.grader.reward import grade_inline
 
         return grade_inline(response, ground_truth, prompt).to_dict()
