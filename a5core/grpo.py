@@ -287,13 +287,16 @@ def train_grpo(
             ckpt.save_training(policy, opt, step, history.state(), wall_s=run.wall())
     final = validate(policy, full=True)
     log_evaluation(history, history.optimizer_steps, final, n_completions, _eval_extra(step, run))
-    evals = history.rows["eval"]
-    best = max(evals, key=lambda r: r["eval/accuracy"])
-    details = {
+    return RunResult(final, _details(history, step, cfg))
+
+
+def _details(history: RunHistory, step: int, cfg: GRPOConfig) -> dict:
+    """The run's outcome: steps done, the best validation and when it came, and whether the time budget stopped it."""
+    best = max(history.rows["eval"], key=lambda r: r["eval/accuracy"])
+    return {
         "steps_done": step,
         "best_accuracy": best["eval/accuracy"],
         "best_step": best["step"],
         "best_wall_s": best.get("perf/wall_s", 0.0),
         "stopped_by_time_budget": step < cfg.n_grpo_steps,
     }
-    return RunResult(final, details)

@@ -19,7 +19,7 @@ from a5core.records import read_rows
 # traceback (anything else keeps its traceback). Named, not imported: importing vLLM's or EI's module here would
 # make every stage depend on it (tools/stage_deps.py).
 PROJECT_ERRORS = {
-    "a5core.config.ConfigError": "fix it in the params file (params.yaml, conf/profile/*.yaml or the -S overrides)",
+    "a5core.typed.ConfigError": "fix it in the params file (params.yaml, conf/profile/*.yaml or the -S overrides)",
     "a5core.records.DataError": "fix the data file or the data params, then rerun",
     "a5core.grader.pool.RewardFnError": "fix validation.reward_fn / eval.reward_fn (module:function)",
     "a5core.grader.pool.GraderStartError": "check that the reward function imports in a fresh process",

@@ -149,14 +149,7 @@ class HFBackend:
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
         with autocast_context(self.model, self.dtype):
-            out = self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            out = self._step(ids, mask, pos, cache)
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
                 ent, lse = compute_entropy(logits).tolist(), torch.logsumexp(logits, dim=-1)  # (a,) each
@@ -180,15 +173,19 @@ class HFBackend:
                     alive, mask, pos = alive[keep], mask[keep.to(device)], pos[keep.to(device)]
                 one = torch.ones((len(alive), 1), dtype=mask.dtype, device=device)
                 mask, pos = torch.cat([mask, one], dim=1), pos[:, -1:] + 1  # (a, L+1), (a, 1)
-                out = self.model(
-                    input_ids=nxt[alive][:, None].to(device),
-                    attention_mask=mask,
-                    position_ids=pos,
-                    past_key_values=out.past_key_values,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
+                out = self._step(nxt[alive][:, None].to(device), mask, pos, out.past_key_values)
         return [self._completion(x, e, sampling, lp) for x, e, lp in zip(new, ents, lps)]
+
+    def _step(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):
+        """One cached forward; only the last position's logits are computed (the next token's)."""
+        return self.model(
+            input_ids=ids,  # (a, L) the new tokens
+            attention_mask=mask,  # (a, cached + L)
+            position_ids=pos,  # (a, L)
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
 
     def _finished(self, ids: list[int], sampling: SamplingConfig, eos: int | None) -> bool:
         if eos is not None and ids[-1] == eos:
