@@ -15,7 +15,8 @@
   - `fsdp2`: `fully_shard` per decoder layer, then the root; gradients reduce-scatter with divide factor 1 (a sum) in
     every backward. Every forward all-gathers, so every rank runs the same number of forwards: `deal` pads the short
     ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
-    one for others) is off (a5core/logprobs.py). Generation and saving use a full copy of the weights on each
+    one for others) is off (a5core/logprobs.py); a forward that is not `model(...)` (the chunked LM head) runs
+    through `as_forward`, inside the root unit's hooks. Generation and saving use a full copy of the weights on each
     rank (`full_weights`), updated one `full_tensor()` at a time; checkpoints hold whole state dicts, so a run
     resumes on any number of ranks; rank 0 alone reads one back and broadcasts it into the shards (a5core.checkpoint).
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import os
+import types
 from dataclasses import dataclass
 from typing import Literal
 
@@ -210,7 +212,7 @@ def shard(model):
     if not _world.sharded:
         return model
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     global _full
     _full = copy.deepcopy(model).eval()  # before sharding: whole tensors, refreshed by full_weights
@@ -221,7 +223,17 @@ def shard(model):
     for unit in units:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    # a forward that is not model(...) (the chunked LM head calls the decoder, then the head's weight) runs through
+    # this method, which torch's register_fsdp_forward_method wraps in the root unit's forward hooks (`as_forward`)
+    model.a5_forward = types.MethodType(lambda self, fn, *args: fn(self, *args), model)
+    register_fsdp_forward_method(model, "a5_forward")
     return model
+
+
+def as_forward(model, fn, *args):
+    """`fn(model, *args)` as a forward of `model`: under fsdp2 the root unit's hooks gather its parameters (embeddings,
+    final norm, LM head) around the call and reduce their gradients in backward, as around `model(...)`."""
+    return model.a5_forward(fn, *args) if _world.sharded else fn(model, *args)
 
 
 _full = None  # fsdp2: the full copy of the sharded policy (`shard`)

@@ -162,8 +162,9 @@ def _log_probs(model, input_ids, labels, entropy, share_prefix, entropy_grad, lo
     if getattr(model, "is_gradient_checkpointing", False) and model.training:
         share_prefix = False  # transformers turns the KV cache off under gradient checkpointing: no prefix to share
     chunk = compute.settings().logits_chunk if logits_chunk is None else logits_chunk
-    if chunk and chunkable(model):
-        return _chunked(model, input_ids, labels, share_prefix, chunk, entropy, entropy_grad, positions)
+    if chunk and chunkable(model):  # not model(...): under fsdp2 it runs inside the root unit's hooks
+        args = (input_ids, labels, share_prefix, chunk, entropy, entropy_grad, positions)
+        return distributed.as_forward(model, _chunked, *args)
     pieces = _forward(model, input_ids, share_prefix, "logits", positions)
     out = {"log_probs": torch.cat([label_log_probs(lg, labels[:, cols]) for lg, cols in pieces], dim=1)}  # (B, T)
     if entropy:

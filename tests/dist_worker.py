@@ -185,6 +185,10 @@ def main() -> None:
     out["grpo/adamw"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True)
     for norm in ("token_mean", "per_example"):
         out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
+    compute.configure("auto", 4, False)  # the LM head 4 positions at a time: a forward that is not model(...)
+    out["grpo/chunked"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=3, adam=True)
+    out["sft/chunked"] = sft_case(model, tok, "token_mean", micro=2)
+    compute.reset()
     m = fresh(model)
     out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
     out["resume"] = resume_case(model, tok, Path(args.out).with_name(f"ckpt_{args.strategy}_{world}"))
