@@ -186,7 +186,7 @@ def reward_fn_problems(params: dict) -> list[str]:
 
 def distributed_problems(params: dict) -> list[str]:
     """What N ranks cannot run (a5core/distributed.py): a second engine GPU per rank, and under fsdp2 what needs whole
-    tensors on the policy itself (LoRA, torchao's optimizers, the KL reference copy)."""
+    tensors on the policy itself (LoRA, the KL reference copy)."""
     cfg, model, gen = params.get("distributed") or {}, params.get("model") or {}, params.get("generation") or {}
     world = cfg.get("nproc", 1) * cfg.get("nnodes", 1)
     if world == 1:
@@ -196,11 +196,7 @@ def distributed_problems(params: dict) -> list[str]:
         found.append("distributed: on N ranks each rank's vLLM engine shares its GPU; set generation.layout: one_gpu")
     if cfg.get("strategy") == "fsdp2":
         runs = [{**(params.get("grpo") or {}), **(o or {})} for o in (params.get("grpo_runs") or {}).values()]
-        blocked = {
-            "model.lora_rank": model.get("lora_rank"),
-            "model.weight_update other than nearest": model.get("weight_update", "nearest") != "nearest",
-            "grpo kl_coef": any(r.get("kl_coef") for r in runs),
-        }
+        blocked = {"model.lora_rank": model.get("lora_rank"), "grpo kl_coef": any(r.get("kl_coef") for r in runs)}
         found += [f"distributed.strategy fsdp2 runs without {name} (use ddp)" for name, on in blocked.items() if on]
     return found
 

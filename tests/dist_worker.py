@@ -22,6 +22,7 @@ from a5core.grpo import GRPOConfig
 from a5core.grpo_update import old_log_probs_for, optimizer_step
 from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
 from a5core.model_io import build_tiny_model
+from a5core.optim import KahanAdamW, make_optimizer
 from a5core.records import RolloutBatch
 from a5core.sft import SFTConfig, sft_step
 
@@ -56,16 +57,20 @@ def whole(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()  # a DTensor under fsdp2
 
 
-def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool) -> dict:
+def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool, update: str = "") -> dict:
     """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights.
     With `adam`, the step follows an old-log-prob pass, as in a GRPO step (under fsdp2 a no-grad forward must leave
-    buffers the training forward can use)."""
+    buffers the training forward can use); `update`: AdamW with that model.weight_update (a5core/optim.py) instead of
+    torch's, on bf16 weights for stochastic_round (torchao's AdamW; its rounding draws random numbers)."""
     cfg = GRPOConfig(
         loss_type=loss_type, length_normalization=norm, normalize_constant=40.0, rollout_batch_size=6, group_size=3,
         train_batch_size=6, gradient_accumulation_steps=k, max_grad_norm=1e-3,
     )  # fmt: skip
-    m = fresh(model)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3) if adam else torch.optim.SGD(m.parameters(), lr=1.0)
+    m = fresh(copy.deepcopy(model).to(torch.bfloat16) if update == "stochastic_round" else model)
+    if update:
+        opt = KahanAdamW(m.parameters(), lr=1e-3) if update == "kahan" else make_optimizer(m, 1e-3, update=update)
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3) if adam else torch.optim.SGD(m.parameters(), lr=1.0)
     grads: list[torch.Tensor] = []
     step = opt.step
     opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
@@ -91,18 +96,18 @@ def sft_case(model, tok, norm: str, micro: int) -> dict:
     return {"grad": torch.cat([whole(p.grad).flatten() for p in m.parameters()]), "stats": stats}
 
 
-def resume_case(model, tok, folder: Path) -> dict:
+def resume_case(model, tok, folder: Path, optimizer=torch.optim.AdamW) -> dict:
     """Two AdamW steps straight, and the second again after the first's state went through the Checkpointer (whole
     tensors: fsdp2 gathers them, and rank 0 alone reads them back and broadcasts them into the shards)."""
     cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
     batch, cpu = rollouts(tok), torch.device("cpu")
     m = fresh(model)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    opt = optimizer(m.parameters(), lr=1e-3)
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
     Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
     m2 = fresh(model)
-    opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
+    opt2 = optimizer(m2.parameters(), lr=1e-3)
     reads, load = [], torch.load
 
     def counted(f, *args, **kwargs):  # which ranks open the checkpoint file (unpickling a tensor loads bytes)
@@ -178,7 +183,7 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy=args.strategy))
     model, tok = build_tiny_model(seed=0)
-    out: dict = {"world": world}
+    out: dict = {"world": world, "start": flat_weights(model)}
     for loss_type, norm in itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS)):
         out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, loss_type, norm, k=3, adam=False)
     out["grpo/one_micro_batch"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=1, adam=False)
@@ -189,9 +194,13 @@ def main() -> None:
     out["grpo/chunked"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=3, adam=True)
     out["sft/chunked"] = sft_case(model, tok, "token_mean", micro=2)
     compute.reset()
+    for update in ("kahan", "stochastic_round"):  # model.weight_update's AdamWs on DTensor shards
+        out[f"grpo/{update}"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True, update=update)
     m = fresh(model)
     out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
     out["resume"] = resume_case(model, tok, Path(args.out).with_name(f"ckpt_{args.strategy}_{world}"))
+    kahan = Path(args.out).with_name(f"ckpt_kahan_{args.strategy}_{world}")
+    out["resume_kahan"] = resume_case(model, tok, kahan, KahanAdamW)  # its compensation buffer and int step too
     out["rollouts"] = rollout_case(model.eval(), tok)
     out["timeouts"] = timeout_case()
     out["any_rank"] = [distributed.any_rank(distributed.world().rank == 1), distributed.any_rank(False)]
