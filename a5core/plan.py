@@ -81,7 +81,7 @@ def training_memory(
         **({"lora_adapters": adapters * 4 / GB} if adapters else {}),
         "gradients": trained[0] * trained[1] / GB,
         "adamw_moments": 2 * trained[0] * trained[1] / GB,
-        **({"kahan_compensation": p * b / GB} if update == "kahan" and not adapters else {}),
+        **({"kahan_compensation": p * b / shards / GB} if update == "kahan" and not adapters else {}),  # per shard
         "activations": activations,
         "logits": logits,
         "transients (measured)": TRANSIENTS * (activations + logits),

@@ -162,8 +162,8 @@ def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
 
 
 def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_and_the_whole_copy():
-    one, eight = (plan.training_memory(QWEN, "bfloat16", 2, 1324, shards=n) for n in (1, 8))
-    for key in ("weights", "gradients", "adamw_moments"):
+    one, eight = (plan.training_memory(QWEN, "bfloat16", 2, 1324, "kahan", shards=n) for n in (1, 8))
+    for key in ("weights", "gradients", "adamw_moments", "kahan_compensation"):  # KahanAdamW's buffer: per shard
         assert eight[key] == pytest.approx(one[key] / 8)
     layer = 46_797_824 * 2 / 1024**3  # one decoder layer in bf16 (the parameter count above)
     assert eight["fsdp2: 2 gathered layers"] == pytest.approx(2 * layer)
