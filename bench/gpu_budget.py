@@ -146,7 +146,7 @@ def distributed_part(arch: dict, gcfg, batch, params: dict, card_gb: float, devi
     dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
     out: dict = {"dist_backend": str(dist.get_backend())}
     try:
-        out.update(_all_reduce_check(arch, gcfg, batch, device))
+        out.update(_all_reduce_check(arch, batch, device))
         save(out)
         out.update(_fsdp2_check(arch, gcfg, batch, params, card_gb, device))
         save(out)
@@ -156,7 +156,7 @@ def distributed_part(arch: dict, gcfg, batch, params: dict, card_gb: float, devi
     return out
 
 
-def _all_reduce_check(arch: dict, gcfg, batch, device) -> dict:
+def _all_reduce_check(arch: dict, batch, device) -> dict:
     """A step's gradients through distributed._all_reduce on this group: a sum over one rank changes nothing."""
     model = build_model(arch, device)
     loss = model(torch.tensor([batch.prompt_ids[0]], device=device)).logits.float().logsumexp(-1).mean()
