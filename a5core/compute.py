@@ -11,6 +11,9 @@
   chunk recomputed in backward (a5core/logprobs.py), so no (tokens x vocabulary) float32 tensor outlives its chunk.
 - `pack_sequences`: each micro-batch runs as one row, its sequences back to back with position ids restarting at
   0, which transformers attends block-causally: no padded positions at all (a5core/logprobs.py).
+- `group_prompts`: a token budget's padded micro-batches each hold the samples of one prompt (GRPO's G samples of a
+  question, EI's kept samples), so the shared-prefix pass (a5core/logprobs.py) computes the whole prompt once rather
+  than only the template that every prompt starts with; it trades some padding for it (reports/step_cut.md).
 - `gradient_checkpointing`: transformers' activation checkpointing (non-reentrant): each decoder layer's activations
   are recomputed in backward instead of kept; one more forward's compute for most of the activation memory.
 The stage calls `configure` once (a5core/pipeline.py); the loops read `settings()`. Library use gets the handout's path.
@@ -40,19 +43,24 @@ class Compute:
     pack_sequences: bool = (
         False  # one packed row per micro-batch (a budget then counts real tokens, not rows x longest)
     )
+    group_prompts: bool = False  # a budget's padded micro-batches each hold one prompt's samples (whole prompt shared)
 
 
 _configured = Compute()
 
 
 def configure(
-    micro_batch_tokens: int | str, logits_chunk: int, gradient_checkpointing: bool, pack_sequences: bool = False
+    micro_batch_tokens: int | str,
+    logits_chunk: int,
+    gradient_checkpointing: bool,
+    pack_sequences: bool = False,
+    group_prompts: bool = False,
 ) -> Compute:
     """Set `model`'s settings for this process (once per stage) and return them; `micro_batch_tokens` "auto" here is
     the handout's split (the stage passes the plan's number instead on CUDA)."""
     global _configured
     budget = micro_batch_tokens if isinstance(micro_batch_tokens, int) else None
-    _configured = Compute(budget, logits_chunk, gradient_checkpointing, pack_sequences)
+    _configured = Compute(budget, logits_chunk, gradient_checkpointing, pack_sequences, group_prompts)
     return _configured
 
 
@@ -73,12 +81,19 @@ def prepare(model) -> None:
         model.gradient_checkpointing_disable()
 
 
-def split(lengths: Sequence[int], count: int, budget: int | None = None, packed: bool = False) -> list[list[int]]:
+def split(
+    lengths: Sequence[int],
+    count: int,
+    budget: int | None = None,
+    packed: bool = False,
+    prompts: Sequence[int] | None = None,
+) -> list[list[int]]:
     """Positions 0..n-1 of a step's sequences (of `lengths` tokens) grouped into compute micro-batches.
 
     `budget` None: consecutive groups of `count` in the given order (the handout's split). Otherwise longest first,
     each group as many sequences as keep its cost <= `budget`: rows x its longest row, or (`packed`) the sum of its
-    lengths; a sequence longer than the budget is an error (never truncated)."""
+    lengths; a sequence longer than the budget is an error (never truncated). `prompts` (one id per sequence; padded
+    budgets only): a group never mixes prompts, and the prompts come longest first, each its samples longest first."""
     n = len(lengths)
     if budget is None:
         return [list(range(s, min(s + count, n))) for s in range(0, n, count)]
@@ -88,9 +103,15 @@ def split(lengths: Sequence[int], count: int, budget: int | None = None, packed:
             f"a sequence of {lengths[order[0]]} tokens does not fit model.micro_batch_tokens={budget}: raise it "
             "to at least the longest prompt + max_tokens, or set it to auto"
         )
+    key = list(prompts) if prompts is not None and not packed else [0] * n
+    first = {}  # each prompt's place: where its longest sample comes in `order`
+    for rank, i in enumerate(order):
+        first.setdefault(key[i], rank)
+    order.sort(key=lambda i: first[key[i]])  # stable: each prompt's samples stay longest first
     groups: list[list[int]] = []
     for i in order:
-        if groups and cost([lengths[j] for j in groups[-1]] + [lengths[i]], packed) <= budget:
+        fits = groups and cost([lengths[j] for j in groups[-1]] + [lengths[i]], packed) <= budget
+        if fits and key[groups[-1][0]] == key[i]:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -102,9 +123,14 @@ def cost(lengths: Sequence[int], packed: bool) -> int:
     return sum(lengths) if packed else len(lengths) * max(lengths)
 
 
-def micro_batches(lengths: Sequence[int], count: int) -> list[list[int]]:
-    """`split` with this process's token budget."""
-    return split(lengths, count, _configured.micro_batch_tokens, _configured.pack_sequences)
+def micro_batches(lengths: Sequence[int], count: int, prompts: Sequence[Sequence[int]] = ()) -> list[list[int]]:
+    """`split` with this process's settings; `prompts`: each sequence's prompt token ids (for group_prompts)."""
+    c = _configured
+    ids = None
+    if c.group_prompts and prompts:
+        seen: dict[tuple, int] = {}
+        ids = [seen.setdefault(tuple(p), len(seen)) for p in prompts]
+    return split(lengths, count, c.micro_batch_tokens, c.pack_sequences, ids)
 
 
 def share(step_units: float, micro_units: float) -> float:

@@ -121,6 +121,7 @@ class ModelConfig(Section):
     logits_chunk: NonNegative = 0  # positions per chunk of the LM head and log-softmax in training (0 = all at once)
     gradient_checkpointing: bool = False  # recompute decoder layers in backward: less activation memory, more compute
     pack_sequences: bool = False  # run each micro-batch as one packed row (no padding; position ids restart per row)
+    group_prompts: bool = False  # a budget's padded micro-batches hold one prompt's samples each (whole prompt shared)
     lora_rank: NonNegative = 0  # LoRA adapters of this rank for SFT, EI and GRPO (0: full fine-tuning); a5core/lora.py
     lora_alpha: PositiveFloat = 32.0  # LoRA scale numerator: the adapted weight is W + lora_alpha / lora_rank * B A
     lora_targets: tuple[str, ...] = (

@@ -42,9 +42,10 @@ BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per collective (DDP's default
 @dataclass(frozen=True)
 class DistributedConfig(Section):
     nproc: Positive = 1  # processes per node (torchrun --nproc-per-node): one per GPU; on a CPU, cores are shared out
-    nnodes: Positive = 1  # nodes (torchrun --nnodes); every node runs the same `dvc repro` command
+    nnodes: Positive = 1  # nodes (torchrun --nnodes); node 0 runs `dvc repro`, the others each training stage
     strategy: Literal["ddp", "fsdp2"] = "ddp"  # ddp: a whole replica per rank; fsdp2: weights, grads, AdamW sharded
     rdzv_endpoint: str = "localhost:0"  # host:port of node 0's rendezvous (torchrun --rdzv-endpoint); port 0: any free
+    hosts: tuple[str, ...] = ()  # nodes 1.. (ssh names): node 0's launcher starts each stage there too (a5core/launch)
 
     def problems(self) -> list[str]:
         host, _, port = self.rdzv_endpoint.rpartition(":")
@@ -52,6 +53,8 @@ class DistributedConfig(Section):
             return [f"rdzv_endpoint {self.rdzv_endpoint!r} must be host:port"]
         if self.nnodes > 1 and (int(port) == 0 or host in ("localhost", "127.0.0.1")):
             return ["nnodes > 1 needs rdzv_endpoint at node 0's address and a fixed port (e.g. node0:29400)"]
+        if self.hosts and len(self.hosts) != self.nnodes - 1:
+            return [f"hosts names the other nodes: {self.nnodes - 1} for nnodes {self.nnodes}, not {len(self.hosts)}"]
         return []
 
 
@@ -284,16 +287,28 @@ def optimizer_state(policy, opt) -> dict:
 
 
 def load_states(policy, opt, model: dict, optim: dict) -> None:
-    """`model_state` and `optimizer_state` back into the (possibly sharded) policy and its optimizer."""
+    """`model_state` and `optimizer_state` back into the (possibly sharded) policy and its optimizer, whichever
+    layout wrote them: one process keys the optimizer state by index, fsdp2 by parameter name (`_rekeyed`)."""
     if not _world.sharded:
         policy.load_state_dict(model)
-        opt.load_state_dict(optim)
+        opt.load_state_dict(_rekeyed(policy, opt, optim, by_name=False))
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)  # rank 0's copy, re-sharded
     set_model_state_dict(policy, model, options=options)
-    set_optimizer_state_dict(policy, opt, optim, options=options)
+    set_optimizer_state_dict(policy, opt, _rekeyed(policy, opt, optim, by_name=True), options=options)
+
+
+def _rekeyed(policy, opt, optim: dict, by_name: bool) -> dict:
+    """An optimizer state dict keyed by parameter name (`by_name`) or by index in `opt`'s groups, from either."""
+    if not optim or (by_name == any(isinstance(p, str) for g in optim["param_groups"] for p in g["params"])):
+        return optim  # already so ({}: a rank that gets rank 0's copy under fsdp2)
+    names = {id(p): n for n, p in policy.named_parameters()}
+    order = [names[id(p)] for g in opt.param_groups for p in g["params"]]  # index -> name
+    key = dict(enumerate(order)) if by_name else {n: i for i, n in enumerate(order)}
+    groups = [{**g, "params": [key[p] for p in g["params"]]} for g in optim["param_groups"]]
+    return {"state": {key[k]: v for k, v in optim["state"].items()}, "param_groups": groups}
 
 
 def inference():

@@ -178,6 +178,18 @@ def kept_rollouts(
     return kept, rollouts, report
 
 
+def _nothing_kept(n_samples: int, round_idx: int, cfg: EIConfig) -> str:
+    """A round with no correct rollout: NoCorrectSamples (ei.if_no_correct=fail), or a warning and its message."""
+    msg = (
+        f"EI round {round_idx}: 0 of {n_samples} rollouts were correct, so there is nothing to train on. "
+        "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise rollouts_per_question."
+    )
+    if cfg.if_no_correct == "fail":
+        raise NoCorrectSamples(msg)
+    print(f"WARNING: {msg} The policy is passed on untrained (ei.if_no_correct=skip).")
+    return msg
+
+
 def ei_round(
     policy,
     tokenizer,
@@ -205,14 +217,7 @@ def ei_round(
     )
     kept, rollouts, report = kept_rollouts(samples, entropies, cfg, round_idx)
     if not kept:
-        msg = (
-            f"EI round {round_idx}: 0 of {len(samples)} rollouts were correct, so there is nothing to train on. "
-            "Start EI from a stronger policy (ei.init_policy, e.g. an SFT checkpoint) or raise "
-            "rollouts_per_question."
-        )
-        if cfg.if_no_correct == "fail":
-            raise NoCorrectSamples(msg)
-        print(f"WARNING: {msg} The policy is passed on untrained (ei.if_no_correct=skip).")
+        msg = _nothing_kept(len(samples), round_idx, cfg)  # raises under ei.if_no_correct=fail
         final = validate(policy, full=True)
         log_evaluation(history, 0, final, n_completions)
         return RunResult(final, {**report, "trained": False, "message": msg}, rollouts)

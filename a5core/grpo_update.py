@@ -56,7 +56,8 @@ def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tu
 def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[list[int]]:
     """Rollouts `idx` as compute micro-batches: the handout's `count` per micro-batch, or model.micro_batch_tokens."""
     lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) for i in idx]
-    return [[idx[j] for j in group] for group in compute.micro_batches(lengths, count)]
+    prompts = [rollouts.prompt_ids[i] for i in idx]
+    return [[idx[j] for j in group] for group in compute.micro_batches(lengths, count, prompts)]
 
 
 def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:

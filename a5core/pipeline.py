@@ -69,8 +69,6 @@ class TrainingStart:
             "weight_update": self.weight_update,
             **cut,
             **adapters,
-            # the layout of a checkpoint's optimizer state (whole tensors by parameter name under fsdp2)
-            **({"sharded": "fsdp2"} if distributed.world().sharded else {}),
         }
 
 
@@ -85,7 +83,9 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     in_force = autocast.configure(model.autocast, device, weights=model.dtype)
     optim.configure(model.weight_update)  # every make_optimizer of this stage
     tokens = planned if model.micro_batch_tokens == "auto" and planned else model.micro_batch_tokens
-    cut = compute.configure(tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences)
+    cut = compute.configure(
+        tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences, model.group_prompts
+    )
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     compute.prepare(policy)

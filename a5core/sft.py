@@ -84,7 +84,8 @@ def micro_batches(examples: list[Example], size: int) -> list[list[int]]:
     many as model.micro_batch_tokens holds (a5core/compute.py)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
     lengths = [len(examples[i][0]) + len(examples[i][1]) for i in order]
-    return [[order[j] for j in group] for group in compute.micro_batches(lengths, size)]
+    prompts = [examples[i][0] for i in order]
+    return [[order[j] for j in group] for group in compute.micro_batches(lengths, size, prompts)]
 
 
 def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:

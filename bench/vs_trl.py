@@ -44,7 +44,7 @@ def questions(path: str, n: int) -> list[dict]:
 
 def run_a5(args, out: Path) -> dict:
     """This project's loop (hf backend, the real grader pool); returns seconds per step."""
-    from a5core import prompts
+    from a5core import autocast, prompts
     from a5core.config import GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
@@ -53,6 +53,8 @@ def run_a5(args, out: Path) -> dict:
     from a5core.model_io import load_policy
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
+    # float32 as TRL's side (bf16=False): the library default `auto` would run bf16 autocast on an AVX512-BF16 CPU
+    autocast.configure("off", "cpu", quiet=True)
     policy, tok = load_policy(args.model, "cpu", "float32")
     backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok)
     cfg = GRPOConfig(

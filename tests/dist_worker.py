@@ -24,7 +24,8 @@ from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
 from a5core.model_io import build_tiny_model
 from a5core.optim import KahanAdamW, make_optimizer
 from a5core.records import RolloutBatch
-from a5core.sft import SFTConfig, sft_step
+from a5core.sft import SFTConfig
+from a5core.sft import optimizer_step as sft_optimizer_step
 
 SFT_ROWS = [
     ("What is 2 + 3?", " 5. </think> <answer>5</answer>"),
@@ -85,15 +86,21 @@ def flat_weights(m) -> torch.Tensor:
 
 
 def sft_case(model, tok, norm: str, micro: int) -> dict:
+    """One SFT optimizer step (clip at 1e-3, then SGD at lr 1: the update is the clipped gradient): the gradient
+    just before the optimizer uses it, the new weights and the logged row."""
     m = fresh(model)
     ex = [
         (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
         for p, r in SFT_ROWS
     ]
-    stats = sft_step(
-        m, ex, SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm), 0, torch.device("cpu")
-    )
-    return {"grad": torch.cat([whole(p.grad).flatten() for p in m.parameters()]), "stats": stats}
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)  # before the capture below, which it would wrap
+    grads: list[torch.Tensor] = []
+    step = opt.step
+    opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
+    cfg = SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm, max_grad_norm=1e-3)
+    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"))
+    return {"grad": torch.cat([g.flatten() for g in grads]), "weights": flat_weights(m), "row": row}
 
 
 def resume_case(model, tok, folder: Path, optimizer=torch.optim.AdamW) -> dict:
@@ -128,6 +135,24 @@ def resume_case(model, tok, folder: Path, optimizer=torch.optim.AdamW) -> dict:
     fresh_start = [Checkpointer(folder, "fp", every=1).load() is None]
     return {"straight": flat_weights(m), "resumed": flat_weights(m2), "readers": distributed.gather(reads),
             "restored": distributed.gather(restored), "fresh_start": distributed.gather(fresh_start)}  # fmt: skip
+
+
+def cross_case(model, tok, write: Path, read: str | None) -> dict:
+    """A checkpoint after one AdamW step in this layout (to `write`), and the second step taken after resuming from
+    a checkpoint that another layout wrote (`read`): one process keys its optimizer state by index, fsdp2 by name."""
+    cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
+    batch, cpu = rollouts(tok), torch.device("cpu")
+    m = fresh(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    Checkpointer(write, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
+    if not read:
+        return {}
+    m2 = fresh(model)
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
+    state = Checkpointer(read, "fp", every=1).restore_training(m2, opt2)
+    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
+    return {"step": state["step"], "resumed": flat_weights(m2)}
 
 
 def rollout_case(model, tok) -> list[tuple]:
@@ -174,6 +199,8 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--compare", nargs=2, metavar=("SINGLE", "OTHER"))
+    parser.add_argument("--cross-read", help="a checkpoint folder another layout wrote (cross_case)")
+    parser.add_argument("--cross-only", action="store_true", help="run cross_case alone")
     args = parser.parse_args()
     if args.compare:
         return compare(*args.compare)
@@ -184,6 +211,10 @@ def main() -> None:
     distributed.setup(DistributedConfig(nproc=world, strategy=args.strategy))
     model, tok = build_tiny_model(seed=0)
     out: dict = {"world": world, "start": flat_weights(model)}
+    cross = Path(args.out).with_name(f"cross_{args.strategy}_{world}" + ("_again" if args.cross_only else ""))
+    out["cross"] = cross_case(model, tok, cross, args.cross_read)
+    if args.cross_only:
+        return torch.save(out, args.out) if distributed.is_main() else None
     for loss_type, norm in itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS)):
         out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, loss_type, norm, k=3, adam=False)
     out["grpo/one_micro_batch"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=1, adam=False)

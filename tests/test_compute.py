@@ -13,7 +13,8 @@ from a5core.grpo import GRPOConfig, optimizer_step
 from a5core.logprobs import chunkable, get_response_log_probs
 from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
 from a5core.records import RolloutBatch
-from a5core.sft import SFTConfig, sft_step
+from a5core.sft import SFTConfig
+from a5core.sft import optimizer_step as sft_optimizer_step
 from a5core.tokenization import tokenize_ids
 
 
@@ -33,6 +34,25 @@ def test_split_by_count_keeps_the_order_and_by_budget_packs_longest_first():
     assert compute.split([7], 0, budget=7) == [[0]]  # a micro-batch of one that fills the budget exactly
     # packed, a micro-batch costs its real tokens: 9 alone (9 + 5 > 10), then 5 + 3 + 2
     assert compute.split([5, 3, 9, 2], 0, budget=10, packed=True) == [[2], [0, 1, 3]]
+
+
+def test_one_prompt_per_micro_batch_takes_prompts_longest_first_and_never_mixes_them():
+    # prompts 0 (lengths 5, 3), 1 (9, 2) and 2 (4): prompt 1 first (its 9 is the longest), then 0, then 2
+    assert compute.split([5, 3, 9, 2, 4], 0, budget=20, prompts=[0, 0, 1, 1, 2]) == [[2, 3], [0, 1], [4]]
+    # the budget still splits one prompt's samples: 3 x 5 > 12
+    assert compute.split([5, 5, 5, 1], 0, budget=12, prompts=[7, 7, 7, 7]) == [[0, 1], [2, 3]]
+    # packed rows share no prompt, so the prompts are ignored; without a budget, the handout's split
+    assert compute.split([5, 3, 9, 2], 0, budget=10, packed=True, prompts=[0, 1, 0, 1]) == [[2], [0, 1, 3]]
+    assert compute.split([5, 3, 9, 2], 2, prompts=[0, 1, 0, 1]) == [[0, 1], [2, 3]]
+    compute.configure(20, 0, False, group_prompts=True)
+    assert compute.micro_batches([5, 3, 9, 2, 4], 0, [[1, 2], [1, 2], [3], [3], [1]]) == [[2, 3], [0, 1], [4]]
+
+
+def test_prompt_groups_and_packing_together_are_refused_before_any_work():
+    from a5core.inputs import compute_problems
+
+    assert compute_problems({"model": {"group_prompts": True, "pack_sequences": False}}) == []
+    assert "packed rows share none" in compute_problems({"model": {"group_prompts": True, "pack_sequences": True}})[0]
 
 
 def test_a_budget_smaller_than_the_longest_sequence_is_a_clear_error():
@@ -99,9 +119,10 @@ def test_chunked_entropy_without_grad_is_detached(tiny):
 
 def _rollouts(tok, n=8):
     """n rollouts of very different lengths (1 to ~40 response tokens), nonzero advantages and off-policy old
-    log-probs that put some ratios outside the clip range."""
+    log-probs that put some ratios outside the clip range; four samples per question, as GRPO's groups."""
     g = torch.Generator().manual_seed(0)
-    prompts = [tok(f"Q{i}: what is {i} * {i + 3}?", add_special_tokens=False)["input_ids"] for i in range(n)]
+    questions = [f"Q{q}: what is {q} * {q + 3}?" for q in (i // 4 for i in range(n))]
+    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in questions]
     vocab = tok.vocab_size
     outputs = [torch.randint(5, vocab, (1 + (i * 13) % 40,), generator=g).tolist() for i in range(n)]
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0][:n])
@@ -134,6 +155,7 @@ CUTS = {
     "checkpointing": (2, {"gradient_checkpointing": True}),
     "packed": (2, {"pack_sequences": True}),
     "packed to a budget": (1, {"pack_sequences": True, "micro_batch_tokens": 130}),
+    "one prompt per micro-batch": (1, {"micro_batch_tokens": 96, "group_prompts": True}),
     "all at once": (4, {"micro_batch_tokens": 80, "logits_chunk": 5, "gradient_checkpointing": True}),
     "all packed": (
         4,
@@ -161,6 +183,8 @@ def test_grpo_update_does_not_depend_on_how_the_step_is_cut(tiny, loss_type, nor
         delta, row = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
         assert row["train/grad_norm"] == pytest.approx(ref_row["train/grad_norm"], rel=1e-4), name
         assert row["train/loss"] == pytest.approx(ref_row["train/loss"], rel=1e-4, abs=1e-7), name
+        # atol: the update is read back as weights after - before, so it carries the float32 rounding of weights
+        # near 1 (half an ulp, 6e-8, measured); the other elements differ by at most 2e-9
         assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
 
 
@@ -212,14 +236,16 @@ def test_packed_rows_attend_only_within_their_own_sequence(tiny):
 
 SFT_ROWS = [
     ("Compute 1 + 1.", " 2"),
-    ("Compute 12 + 30.", " 12 + 30 = 42. </think> <answer>42</answer>"),
+    ("Compute 12 + 30, and show each step of the work.", " 12 + 30 = 42. </think> <answer>42</answer>"),
     ("Q", " 3 * 3 = 9, 9 + 1 = 10, 10 * 2 = 20, so the answer is 20. </think> <answer>20</answer>"),
     ("Compute 5 - 2.", " 3. </think> <answer>3</answer>"),
     ("Compute 100 / 4 and explain.", " 25"),
+    ("Compute 12 + 30, and show each step of the work.", " 42. </think> <answer>42</answer>"),  # as EI keeps them
 ]
 
 
-def _sft_grads(model, tok, cfg, **cut):
+def _sft_update(model, tok, cfg, **cut):
+    """One SFT optimizer step (sft.optimizer_step: clip, then SGD at lr 1, so the update is the clipped gradient)."""
     _configure(**cut)
     m = copy.deepcopy(model).train()
     compute.prepare(m)
@@ -227,25 +253,42 @@ def _sft_grads(model, tok, cfg, **cut):
         (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
         for p, r in SFT_ROWS
     ]
-    stats = sft_step(m, ex, cfg, 0, torch.device("cpu"))
-    return torch.cat([p.grad.flatten() for p in m.parameters()]), stats
+    before = [p.detach().clone() for p in m.parameters()]
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"))
+    return torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)]), row
+
+
+SFT_CUTS = [
+    (2, {}),
+    (1, {}),
+    (6, {"micro_batch_tokens": 60}),
+    (6, {"micro_batch_tokens": 90, "group_prompts": True}),
+    (3, {"logits_chunk": 4}),
+    (2, {"pack_sequences": True}),
+    (6, {"pack_sequences": True, "micro_batch_tokens": 70}),
+    (6, {"gradient_checkpointing": True, "micro_batch_tokens": 90, "logits_chunk": 9}),
+]
 
 
 @pytest.mark.parametrize("norm", ["token_mean", "per_example"])
-def test_sft_gradient_does_not_depend_on_how_the_step_is_cut(tiny, norm):
+def test_sft_update_does_not_depend_on_how_the_step_is_cut(tiny, norm):
     model, tok = tiny
-    ref, ref_stats = _sft_grads(model, tok, SFTConfig(batch_size=5, micro_batch_size=5, loss_normalization=norm))
-    for micro, cut in [
-        (2, {}),
-        (1, {}),
-        (5, {"micro_batch_tokens": 60}),
-        (3, {"logits_chunk": 4}),
-        (5, {"gradient_checkpointing": True, "micro_batch_tokens": 90, "logits_chunk": 9}),
-    ]:
-        cfg = SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm)
-        grads, stats = _sft_grads(model, tok, cfg, **cut)
-        assert stats["loss"] == pytest.approx(ref_stats["loss"], rel=1e-5), (micro, cut)
-        assert torch.allclose(grads, ref, atol=1e-6, rtol=1e-4), (micro, cut)
+    base = dict(batch_size=6, loss_normalization=norm, max_grad_norm=1e-4)
+    ref, ref_row = _sft_update(model, tok, SFTConfig(**base, micro_batch_size=6))
+    assert ref_row["train/grad_norm"] > 1e-4  # clipping is on
+    for micro, cut in SFT_CUTS:
+        delta, row = _sft_update(model, tok, SFTConfig(**base, micro_batch_size=micro), **cut)
+        assert row["train/loss"] == pytest.approx(ref_row["train/loss"], rel=1e-5), (micro, cut)
+        assert row["train/grad_norm"] == pytest.approx(ref_row["train/grad_norm"], rel=1e-4), (micro, cut)
+        assert torch.allclose(delta, ref, atol=1e-7, rtol=1e-4), (micro, cut)  # atol: as in the GRPO grid
+
+
+def test_sft_refuses_a_budget_below_its_longest_example(tiny):
+    model, tok = tiny
+    with pytest.raises(compute.BudgetError, match="does not fit"):
+        _sft_update(model, tok, SFTConfig(batch_size=6, micro_batch_size=6), micro_batch_tokens=10)
 
 
 def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny):

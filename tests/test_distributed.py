@@ -1,9 +1,12 @@
 """1 process against 2 (torchrun, gloo) under ddp and fsdp2: the same gradients, update, logged metrics, old
-log-probs and gathered rollouts (tests/dist_worker.py runs each side; ~60 s in all on 2 cores)."""
+log-probs and gathered rollouts, checkpoints across layouts; the launcher, two nodes on one machine
+(tests/dist_worker.py runs each side; ~1.5 min in all on 2 cores)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +33,11 @@ def _run(argv: list[str], out: Path) -> dict:
 def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("dist")
     out = {"single": _run([sys.executable, WORKER], tmp / "single.pt")}
-    for strategy in ("ddp", "fsdp2"):
-        argv = command(DistributedConfig(nproc=2, strategy=strategy), [WORKER, "--strategy", strategy])
-        out[strategy] = _run(argv, tmp / f"{strategy}.pt")
+    for strategy in ("ddp", "fsdp2"):  # each also resumes from the single process's checkpoint (cross_case)
+        script = [WORKER, "--strategy", strategy, "--cross-read", str(tmp / "cross_ddp_1")]
+        out[strategy] = _run(command(DistributedConfig(nproc=2, strategy=strategy), script), tmp / f"{strategy}.pt")
+    back = [sys.executable, WORKER, "--cross-only", "--cross-read", str(tmp / "cross_fsdp2_2")]
+    out["back"] = _run(back, tmp / "back.pt")  # one process resumes from the fsdp2 ranks' checkpoint
     return out
 
 
@@ -66,7 +71,7 @@ def test_two_ranks_take_the_single_process_optimizer_step(runs, strategy):
             # (fsdp2 computes without the shared-prefix cache) into ~1e-7 of weight; SGD's update is the gradient
             atol = 1e-6 if case in ("grpo/adamw", "grpo/chunked", "grpo/kahan") else 1e-7
             assert torch.allclose(g["weights"], r["weights"], rtol=0, atol=atol), case
-        rows = (r.get("row") or r["stats"], g.get("row") or g["stats"])
+        rows = (r["row"], g["row"])
         for key in rows[0]:
             if not key.startswith("perf/"):  # every logged quantity is global, not rank 0's share
                 assert rows[1][key] == pytest.approx(rows[0][key], rel=1e-5, abs=1e-9), (case, key)
@@ -112,6 +117,15 @@ def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
     assert torch.equal(kahan["resumed"], kahan["straight"]) and kahan["restored"] == [(1, [{"step": 1}])] * ranks
 
 
+def test_a_checkpoint_resumes_in_another_layout_and_world_size(runs):
+    """Written by one process (optimizer state by index), resumed on 2 ddp or fsdp2 ranks (by name); written by 2
+    fsdp2 ranks, resumed by one process: the second step is the two straight steps' (2 AdamW steps, as above)."""
+    straight = runs["single"]["resume"]["straight"]
+    for who in ("ddp", "fsdp2", "back"):
+        got = runs[who]["cross"]
+        assert got["step"] == 1 and torch.allclose(got["resumed"], straight, rtol=0, atol=2e-6), who
+
+
 def test_a_rank_local_decision_is_taken_by_every_rank(runs):
     """GRPO's wall-clock budget: a rank whose own clock ran out stops every rank at the same step."""
     assert runs["ddp"]["any_rank"] == [True, False] and runs["single"]["any_rank"] == [False, False]
@@ -128,6 +142,48 @@ def test_the_launcher_runs_one_process_in_place_and_n_under_torchrun():
     assert multi[1:3] == ["-m", "torch.distributed.run"] and multi[-len(script) :] == script
     assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-endpoint=node0:29400"} <= set(multi)
     assert params_path(script) == "p.yaml" and params_path(script[:3]) == "params.yaml"
+    other = command(DistributedConfig(nproc=4, nnodes=2, rdzv_endpoint="node0:29400"), [*script[:2], "y"])
+    ids = [next(a for a in argv if a.startswith("--rdzv-id=grpo-")) for argv in (multi, other)]
+    assert ids[0] != ids[1]  # grpo@x and grpo@y never join each other's rendezvous
+
+
+PROBE = """import json, os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+rank, node = dist.get_rank(), os.environ.get("A5_LAUNCH_NODE")
+row = {"rank": rank, "world": dist.get_world_size(), "sum": t.item(), "node": node}
+open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w").write(json.dumps(row))
+dist.destroy_process_group()
+"""
+LOCAL_SHELL = "bash -c 'exec bash -c \"$2\"' remote"  # stands in for ssh: runs the line here ($1 is the host)
+
+
+def _two_nodes(tmp_path, shell: str) -> subprocess.CompletedProcess:
+    """`python -m a5core.launch` of a probe script as node 0 of two, node 1 on this machine through `shell`."""
+    host = socket.gethostname()  # resolves to this machine; the section refuses a literal localhost for two nodes
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    params = tmp_path / "p.yaml"
+    params.write_text(f"distributed: {{nproc: 1, nnodes: 2, rdzv_endpoint: '{host}:{port}', hosts: [{host}]}}\n")
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "A5_REMOTE_SHELL": shell, "OUT": str(tmp_path)}
+    argv = [sys.executable, "-m", "a5core.launch", str(tmp_path / "probe.py"), "--params", str(params)]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_node_0_starts_the_other_nodes_and_they_meet_in_one_rendezvous(tmp_path):
+    proc = _two_nodes(tmp_path, LOCAL_SHELL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = sorted((json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["sum"]) for r in got] == [(0, 2, 3.0), (1, 2, 3.0)]
+    assert sorted(str(r["node"]) for r in got) == sorted(["None", socket.gethostname()])  # node 0, and node 1
+
+
+def test_a_node_that_fails_stops_the_others(tmp_path):
+    proc = _two_nodes(tmp_path, "bash -c 'exit 3' remote")  # node 1 cannot start: node 0 waits in vain otherwise
+    assert proc.returncode == 3 and not list(tmp_path.glob("rank*.json"))
 
 
 def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
@@ -135,6 +191,7 @@ def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
     assert DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:0").problems()
     assert DistributedConfig(rdzv_endpoint="nohost").problems()
     assert not DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:29400").problems()
+    assert DistributedConfig(nnodes=3, rdzv_endpoint="10.0.0.1:29400", hosts=("node1",)).problems()
 
 
 def test_what_n_ranks_cannot_run_is_refused_before_any_work():
