@@ -7,7 +7,8 @@ Qwen2.5-Math-1.5B's architecture with random weights in bf16 (bench/gpu_check.py
   of 16-1,024 tokens drawn with a fixed seed) under each compute setting of `model` (a5core/compute.py): the
   handout's split (train_batch_size / gradient_accumulation_steps = 2 rollouts per micro-batch, logits whole),
   `micro_batch_tokens: auto` (the budget a5core.plan picks for this card, logits in chunks of 1,024, as the full
-  profile sets), auto with `pack_sequences`, and auto with `gradient_checkpointing` (its own, larger budget). Each:
+  profile sets), auto with `pack_sequences`, auto with `gradient_checkpointing` (its own, larger budget), and auto
+  with `group_prompts` (one question's 8 samples per micro-batch, their whole prompt computed once). Each:
   an untimed pass (new shapes cost warm-up; its peak allocated and reserved GB), a timed pass, the plan's GB for the
   policy's GPU at that budget, the loss and gradient norm (the same step to bf16 tolerance: exact equality is
   tests/test_compute.py's, in float32), and the GPU's busy share (kernel time under torch's profiler over the
@@ -64,6 +65,7 @@ def settings(params: dict, arch: plan.Arch, card_gb: float) -> dict[str, tuple[M
         ("auto", model),
         ("auto_packed", replace(model, pack_sequences=True)),
         ("auto_checkpointing", replace(model, gradient_checkpointing=True)),
+        ("auto_grouped", replace(model, group_prompts=True)),  # last: the newest, first to go if time runs out
     ):
         out[name] = (cfg, plan.micro_batch_tokens(params, arch, cfg, gen, card_gb) or None)
     return out
@@ -96,11 +98,13 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
     out: dict = {"budget_rollouts": len(batch), "budget_tokens": sum(lengths)}
     idx = list(range(len(batch)))
     for name, (cfg, tokens) in settings(params, arch, card_gb).items():
-        cut = compute.configure(tokens or "auto", cfg.logits_chunk, cfg.gradient_checkpointing, cfg.pack_sequences)
+        cut = compute.configure(
+            tokens or "auto", cfg.logits_chunk, cfg.gradient_checkpointing, cfg.pack_sequences, cfg.group_prompts
+        )
         compute.prepare(model)
         step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device)
         row: dict = {"micro_batch_tokens": cut.micro_batch_tokens, "logits_chunk": cut.logits_chunk}
-        row["micro_batches"] = len(compute.micro_batches(lengths, gcfg.micro_batch_size))
+        row["micro_batches"] = len(compute.micro_batches(lengths, gcfg.micro_batch_size, batch.prompt_ids))
         planned = tokens or gcfg.micro_batch_size * max(lengths)
         row["plan_gb"] = planned_gb(params, arch, cfg, planned, card_gb)
         try:

@@ -8,7 +8,7 @@
 # It uses the machine's own torch and transformers (requirements/gpu.lock pins another torch; nothing is installed).
 # Each part has its own time limit, so one that hangs leaves time for the next; each rewrites its JSON as it goes:
 #   $OUT/env.txt            the GPU, driver, torch, transformers and what else of the stack is there
-#   $OUT/gpu_budget.json    bench/gpu_budget.py: handout split vs micro_batch_tokens auto (packed, checkpointing),
+#   $OUT/gpu_budget.json    bench/gpu_budget.py: handout split vs micro_batch_tokens auto (packed, checkpointing, grouped),
 #                           peak GB vs the plan, the GPU's busy share; NCCL on a group of one; fsdp2 on a mesh of one
 #   $OUT/gpu_memory.json    bench/gpu_check.py --parts memory: the plan's formula at the handout's micro-batch
 # ROLLOUTS=128 halves the budget part's steps if the first try runs out of time.

@@ -79,11 +79,11 @@ def lengths(kind: str, n: int, max_tokens: int, tokenizer, group: int = 4, seed:
             for q, p in enumerate(rng.randint(60, 300) for _ in range(-(-n // group)))
             for _ in range(group)
         ][:n]
-    else:
-        out = ei_lengths(tokenizer)
-        questions = sorted({s.question for s in out})
-        keep = set(rng.sample(questions, len(questions)))
-        out = [s for s in out if s.question in keep][:n]
+    else:  # whole questions in a random order, until n rollouts
+        groups: dict[int, list[Size]] = {}
+        for z in ei_lengths(tokenizer):
+            groups.setdefault(z.question, []).append(z)
+        out = [z for q in rng.sample(sorted(groups), len(groups)) for z in groups[q]][:n]
     rng.shuffle(out)
     return out
 

@@ -94,7 +94,7 @@ def test_gpu_budget_measures_each_compute_setting_and_the_fsdp2_path_on_a_tiny_q
     assert saved[-1] is result and len(saved) >= 6 and saved[0]["device"] == "cpu"  # written after every setting
     handout = result["budget_handout"]
     assert handout["micro_batch_tokens"] is None and handout["micro_batches"] == 4 and handout["logits_chunk"] == 0
-    for name in ("auto", "auto_packed", "auto_checkpointing"):
+    for name in ("auto", "auto_packed", "auto_grouped", "auto_checkpointing"):
         row = result[f"budget_{name}"]
         assert row["micro_batch_tokens"] >= 24 + 300 and row["logits_chunk"] == 1024 and row["plan_gb"] > 0, row
         assert abs(row["grad_norm"] - handout["grad_norm"]) <= 0.02 * handout["grad_norm"], (name, row, handout)
