@@ -16,8 +16,9 @@
     every backward. Every forward all-gathers, so every rank runs the same number of forwards: `deal` pads the short
     ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
     one for others) is off (a5core/logprobs.py); a forward that is not `model(...)` (the chunked LM head) runs
-    through `as_forward`, inside the root unit's hooks. Generation and saving use a full copy of the weights on each
-    rank (`full_weights`), updated one `full_tensor()` at a time; checkpoints hold whole state dicts, so a run
+    through `as_forward`, inside the root unit's hooks. The vLLM engine is synced from the shards, one `full_tensor()`
+    at a time (`WholeState`, as TRL's colocate mode does), and rank 0 keeps a whole copy on the CPU for saving; the hf
+    backend generates from a whole copy on each rank (`full_weights`). Checkpoints hold whole state dicts, so a run
     resumes on any number of ranks; rank 0 alone reads one back and broadcasts it into the shards (a5core.checkpoint).
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
   (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
@@ -209,16 +210,21 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
-def shard(model):
+def shard(model, streamed: bool = False):
     """fsdp2 (size > 1): `fully_shard` each decoder layer, then the root, on a 1-D mesh of every rank; gradients are
-    summed, not averaged (each micro-batch's loss is already its share of the step). Otherwise `model` unchanged."""
+    summed, not averaged (each micro-batch's loss is already its share of the step). Otherwise `model` unchanged.
+    `streamed`: the generation backend takes the shards (`WholeState`), so only rank 0 keeps a whole copy, on the
+    CPU, for saving; else every rank keeps one beside the shards, for generation (`full_weights`)."""
     if not _world.sharded:
         return model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     global _full
-    _full = copy.deepcopy(model).eval()  # before sharding: whole tensors, refreshed by full_weights
+    # before sharding: whole tensors, refreshed by full_weights
+    _full = None if streamed and not is_main() else copy.deepcopy(model).eval()
+    if streamed and _full is not None:
+        _full.to("cpu")
     mesh = init_device_mesh(next(model.parameters()).device.type, (_world.size,))
     units = [*decoder_layers(model), model]
     for unit in units:
@@ -245,24 +251,53 @@ _full = None  # fsdp2: the full copy of the sharded policy (`shard`)
 @torch.no_grad()
 def full_weights(policy):
     """The policy with whole tensors, for what must not be a collective: generation (ranks sample different prompts
-    for different lengths), saving. Under fsdp2 a copy made before sharding, refreshed here from the shards one
-    `full_tensor()` at a time (every rank calls it at the same point); elsewhere the policy itself."""
-    if _full is None:
+    for different lengths), saving. Under fsdp2 the copy `shard` made, refreshed from the shards one `full_tensor()`
+    at a time (every rank calls it at the same point; a rank without a copy, under `streamed`, gets None);
+    elsewhere the policy itself."""
+    if not _world.sharded:
         return policy
-    mine = dict(_full.named_parameters())
+    mine = {} if _full is None else dict(_full.named_parameters())
     for name, p in policy.named_parameters():
-        mine[name].copy_(p.full_tensor())
+        whole = _whole(p)
+        if mine:
+            mine[name].copy_(whole)
     return _full
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered (a collective: every rank calls it for the same tensor), else `t`. The root unit's
+    parameters are whole between a forward and the next backward (fsdp2 keeps the root unsharded after its
+    forward), the same on every rank."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class WholeState:
+    """A policy's state dict as (name, whole tensor) pairs, made as they are iterated: under fsdp2 each one is
+    gathered by `full_tensor()` then (every rank iterates in the same order; each item is a collective), so a
+    consumer that loads and drops them (vLLM's reload) never holds a whole copy. `shapes`: every name's whole
+    shape, known before any gathering."""
+
+    def __init__(self, state: dict[str, torch.Tensor]):
+        self.state = state
+        self.shapes = {name: t.shape for name, t in state.items()}  # a DTensor's shape is the whole one
+
+    def __iter__(self):
+        for name, t in self.state.items():
+            yield name, _whole(t).detach()
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
 class FullWeightsBackend:
-    """A generation backend that is synced from `full_weights(policy)` (fsdp2), otherwise the backend itself."""
+    """A generation backend synced from `full_weights(policy)` under fsdp2, unless it takes the shards itself
+    (`takes_shards`: the vLLM engine, through `WholeState`); otherwise the backend itself."""
 
     def __init__(self, inner):
         self.inner = inner
 
     def sync_weights(self, policy) -> None:
-        self.inner.sync_weights(full_weights(policy))
+        self.inner.sync_weights(policy if getattr(self.inner, "takes_shards", False) else full_weights(policy))
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -89,7 +89,7 @@ def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     compute.prepare(policy)
-    policy = distributed.shard(policy)  # fsdp2 on N ranks; else unchanged
+    policy = distributed.shard(policy, streamed=generation.backend == "vllm")  # fsdp2 on N ranks; else unchanged
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,

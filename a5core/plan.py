@@ -5,8 +5,10 @@
   token and layer about 8h + 2kv + 4i values with SDPA attention) and its logits (with two float32 copies, or one
   `model.logits_chunk` of them), and TRANSIENTS x those two (measured on an H200: reports/gpu_check.json).
 - On N ranks every number is one rank's GPU: ddp keeps a whole replica; fsdp2 divides the weights, gradients and
-  AdamW state by N and adds two gathered layers and the whole-weights copy (a5core/distributed.py). `--scaling`
-  prints the README's table for Qwen2.5-Math-1.5B and 7B on 1 to 8 GPUs.
+  AdamW state by N and adds two gathered layers, the gathered root unit (embeddings, LM head: fsdp2 keeps the root
+  whole from its forward to the next backward) and, with the hf backend only, the whole-weights copy it generates
+  from (vLLM engines are synced one gathered tensor at a time; a5core/distributed.py). `--scaling` prints the
+  README's table for Qwen2.5-Math-1.5B and 7B on 1 to 8 GPUs.
 - The vLLM engine: gpu_memory_utilization x its card, alone (two_gpu) or beside the policy (one_gpu, asleep while
   the policy trains).
 - `model.micro_batch_tokens: auto` on CUDA: the largest budget whose step fits AUTO_HEADROOM of the card.
@@ -57,12 +59,13 @@ def training_memory(
     checkpointing: bool = False,
     adapters: int = 0,
     shards: int = 1,
+    whole_copy: bool = False,
 ) -> dict[str, float]:
     """GB of the policy's device for one training step (see the module docstring; `update`: model.weight_update;
     `logits_chunk`, `checkpointing`: model.logits_chunk and model.gradient_checkpointing; `adapters`: LoRA's
     parameters, float32, the only ones with gradients and AdamW moments; `shards`: fsdp2's world size, which
-    divides weights, gradients and AdamW state, and adds two gathered layers and the whole-weights copy that
-    generation and saving use, a5core/distributed.py)."""
+    divides weights, gradients and AdamW state, and adds two gathered layers and the gathered root unit;
+    `whole_copy`: fsdp2 with the hf backend, which generates from a whole copy on each rank, a5core/distributed.py)."""
     b = BYTES[dtype]
     p = arch.parameters
     kv = arch.hidden // arch.heads * arch.kv_heads
@@ -74,7 +77,12 @@ def training_memory(
     logits = min(tokens, logits_chunk or tokens) * arch.vocab * (b + 8) / GB  # chunked: one chunk's at a time
     trained = (adapters, 4) if adapters else (p / shards, b)  # (parameters with gradients and moments, their bytes)
     layer = (p - arch.vocab * arch.hidden * (1 if arch.tied else 2) - arch.hidden) / arch.layers  # one block
-    sharded = {"fsdp2: 2 gathered layers": 2 * layer * b / GB, "fsdp2: whole-weights copy": p * b / GB}
+    root = arch.vocab * arch.hidden * (1 if arch.tied else 2) + arch.hidden  # embeddings, LM head, final norm
+    sharded = {
+        "fsdp2: 2 gathered layers": 2 * layer * b / GB,
+        ROOT_GATHERED: root * b / GB,
+        **({"fsdp2: whole-weights copy": p * b / GB} if whole_copy else {}),
+    }
     return {
         "weights": p * b / shards / GB,
         **(sharded if shards > 1 else {}),
@@ -99,7 +107,15 @@ PRECISIONS = {
     "bfloat16 weights, kahan": ("bfloat16", "kahan"),
 }
 STATE = ("weights", "lora_adapters", "gradients", "adamw_moments", "kahan_compensation")
-RESIDENT = ("weights", "fsdp2: whole-weights copy", "lora_adapters", "adamw_moments", "kahan_compensation")
+ROOT_GATHERED = "fsdp2: gathered root (embeddings, LM head)"  # whole from a forward to the next backward
+RESIDENT = (
+    "weights",
+    ROOT_GATHERED,
+    "fsdp2: whole-weights copy",
+    "lora_adapters",
+    "adamw_moments",
+    "kahan_compensation",
+)
 
 
 def lora_parameters(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
@@ -149,7 +165,9 @@ def memory_plan(
     shards: int = 1,
 ) -> list[DevicePlan]:
     """One DevicePlan per GPU the layout uses (of each rank, on N ranks)."""
-    train = training_memory(arch, dtype, micro_batch, seq_len, update, logits_chunk, checkpointing, adapters, shards)
+    hf_copy = gen.backend == "hf"  # fsdp2: the hf backend generates from a whole copy on each rank
+    chosen = (update, logits_chunk, checkpointing, adapters, shards, hf_copy)
+    train = training_memory(arch, dtype, micro_batch, seq_len, *chosen)
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [

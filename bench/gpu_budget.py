@@ -18,7 +18,8 @@ Qwen2.5-Math-1.5B's architecture with random weights in bf16 (bench/gpu_check.py
   (`distributed.shard`: `fully_shard` per decoder layer and the root): one optimizer step at the auto budget with
   the chunked LM head (inside the root unit's hooks, `distributed.as_forward`), its
   peak GB against the plan's items for fsdp2 (weights, gradients and AdamW state not divided on one rank, plus the
-  gathered layers and the whole-weights copy), `full_weights` against the shards, and the whole state dicts. What
+  gathered layers, the gathered root and the whole-weights copy the hf backend uses), `full_weights` against the
+  shards, and the whole state dicts. What
   needs two GPUs (a real reduce-scatter; 1 rank against 2) is tests/test_distributed.py's, on gloo.
 The JSON is rewritten after every measurement, so a part that fails loses nothing measured before it.
 """
@@ -186,8 +187,8 @@ def _fsdp2_check(arch: dict, gcfg, batch, params: dict, card_gb: float, device) 
     seconds, gb = peak(step)
     size = (plan.Arch.of(arch), "bfloat16", 1, tokens or 2 * (plan.PROMPT_TOKENS + gcfg.max_tokens), "nearest")
     planned = plan.training_memory(*size, model_cfg.logits_chunk)  # one rank: nothing divided
-    fsdp2 = plan.training_memory(*size, model_cfg.logits_chunk, shards=2)
-    planned.update({k: v for k, v in fsdp2.items() if k.startswith("fsdp2:")})  # gathered layers, whole copy
+    fsdp2 = plan.training_memory(*size, model_cfg.logits_chunk, shards=2, whole_copy=True)  # shard(): every rank's
+    planned.update({k: v for k, v in fsdp2.items() if k.startswith("fsdp2:")})  # gathered layers, root, whole copy
     full = distributed.full_weights(model)
     with torch.no_grad():
         gap = max(

@@ -161,14 +161,18 @@ def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
     assert not fits and "model.logits_chunk" in lines[-1]
 
 
-def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_and_the_whole_copy():
+def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_the_root_and_for_hf_the_whole_copy():
     one, eight = (plan.training_memory(QWEN, "bfloat16", 2, 1324, "kahan", shards=n) for n in (1, 8))
     for key in ("weights", "gradients", "adamw_moments", "kahan_compensation"):  # KahanAdamW's buffer: per shard
         assert eight[key] == pytest.approx(one[key] / 8)
     layer = 46_797_824 * 2 / 1024**3  # one decoder layer in bf16 (the parameter count above)
     assert eight["fsdp2: 2 gathered layers"] == pytest.approx(2 * layer)
-    assert eight["fsdp2: whole-weights copy"] == pytest.approx(one["weights"])  # generation and saving
-    assert eight["activations"] == one["activations"] and "fsdp2: whole-weights copy" not in one
+    root = (151_936 * 1536 + 1536) * 2 / 1024**3  # the tied embedding and the final norm, bf16
+    assert eight["fsdp2: gathered root (embeddings, LM head)"] == pytest.approx(root)
+    assert "fsdp2: whole-weights copy" not in eight  # vLLM engines are synced from the shards
+    hf = plan.training_memory(QWEN, "bfloat16", 2, 1324, "kahan", shards=8, whole_copy=True)
+    assert hf["fsdp2: whole-weights copy"] == pytest.approx(one["weights"])  # the hf backend generates from it
+    assert eight["activations"] == one["activations"] and not any(k.startswith("fsdp2") for k in one)
     rows = {tuple(line.split(" | ")[:3]): line for line in plan.scaling(80)[2:]}
     assert rows[("| Qwen2.5-Math-7B", "8", "fsdp2")].split(" | ")[5] == "yes"  # 7B trains on 8 x 80 GB sharded
     assert rows[("| Qwen2.5-Math-7B", "8", "ddp")].split(" | ")[5] == "no"  # but not as 8 replicas
@@ -179,6 +183,11 @@ def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path)
     sharded.write_text(sharded.read_text().replace("gpu_memory_utilization: 0.85", "gpu_memory_utilization: 0.5"))
     lines, fits = plan.report(sharded, 80, tmp_path / "no-model")
     assert fits and "distributed: 8 rank(s), fsdp2; every number is per GPU" in lines
+    assert not any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)  # vLLM: from the shards
+    with_hf = sharded.read_text().replace("backend: vllm", "backend: hf")
+    assert with_hf != sharded.read_text()
+    sharded.write_text(with_hf)
+    lines, _ = plan.report(sharded, 80, tmp_path / "no-model")
     assert any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)
     lines, fits = plan.report(_full(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model")  # two_gpu, vllm
     assert not fits and any("layout one_gpu" in line for line in lines)

@@ -159,25 +159,29 @@ class VLLMBackend:
         self._sleep()
         return [[_completion(o) for o in out.outputs] for out in outputs]
 
+    takes_shards = True  # fsdp2: synced from the shards themselves, one gathered tensor at a time (`WholeState`)
+
     def sync_weights(self, policy) -> None:
-        """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured)."""
+        """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured).
+        Under fsdp2 every rank calls it at the same point (each tensor is gathered as the engine loads it)."""
         self.policy = policy
         # state_dict, not named_parameters: it names every tensor, tied ones included, as a checkpoint does (LoRA
         # adapters merged, under the base model's names)
-        weights = [(name, t.detach()) for name, t in lora.merged_state_dict(policy).items()]
+        weights = distributed.WholeState(lora.merged_state_dict(policy))
         self.load_weights(weights)
         if self.cfg.verify_weight_sync:
             self.verify_exact(weights)
             self.verify(policy)
 
-    def load_weights(self, weights: list) -> None:
-        """Load [(name, tensor)] into the engine in place and reset its prefix cache; raises WeightSyncError when an
-        engine parameter has no tensor in `weights`, when vLLM did not load one, or when the cache was not reset."""
+    def load_weights(self, weights) -> None:
+        """Load `weights` (a WholeState, or [(name, tensor)]) into the engine in place and reset its prefix cache;
+        raises WeightSyncError when an engine parameter has no tensor in `weights`, when vLLM did not load one, or
+        when the cache was not reset."""
         with self._on_engine():
             if self.sleeping:
                 torch.cuda.empty_cache()  # sleep mode allocates outside torch's allocator: hand back its cached blocks
                 self.llm.wake_up(tags=["weights"])  # weights before the KV cache: lower peak memory during the reload
-            results = self.llm.collective_rpc(reload_on_worker, args=(weights,))
+            results = self.llm.collective_rpc(reload_on_worker, args=(_whole(weights),))
             reset = self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
             if self.sleeping:
                 self.llm.wake_up(tags=["kv_cache"])
@@ -191,11 +195,11 @@ class VLLMBackend:
         if not reset:  # vLLM returns False while running requests hold KV blocks: stale KV would be reused
             raise WeightSyncError("the engine's prefix cache was not reset after the weight update (requests running)")
 
-    def verify_exact(self, weights: list) -> int:
+    def verify_exact(self, weights) -> int:
         """Raises WeightSyncError unless every engine parameter equals what the policy's tensors say it holds (cast
         to the engine's dtype) and at least `required_compared` for this layout were compared. Returns how many."""
         with self._on_engine():
-            results = self.llm.collective_rpc(compare_on_worker, args=(weights,))
+            results = self.llm.collective_rpc(compare_on_worker, args=(_whole(weights),))
         differ = sorted({name for r in results for name in r["differ"]})
         if differ:
             raise WeightSyncError(
@@ -213,10 +217,14 @@ class VLLMBackend:
                 )
         return min(len(r["compared"]) for r in results)
 
-    @torch.inference_mode()
     def verify(self, policy) -> float:
         """Mean |log p_engine - log p_policy| over the policy's greedy continuation of a probe prompt; raises
-        WeightSyncError when it exceeds `sync_tolerance`. Returns the difference."""
+        WeightSyncError when it exceeds `sync_tolerance`. Returns the difference. Under fsdp2 the policy's forwards
+        are collectives: every rank runs the same probe, PROBE_TOKENS + 1 forwards."""
+        with distributed.inference():
+            return self._verify(policy)
+
+    def _verify(self, policy) -> float:
         from a5core.logprobs import get_response_log_probs
 
         device = next(policy.parameters()).device
@@ -257,6 +265,11 @@ class VLLMBackend:
     def _on_engine(self):
         """The engine's GPU as the current CUDA device for one call into it (see the module docstring)."""
         return contextlib.nullcontext() if self.device is None else torch.cuda.device(self.device)
+
+
+def _whole(weights) -> distributed.WholeState:
+    """`weights` as a WholeState ([(name, tensor)] pairs are wrapped: tests and callers may pass either)."""
+    return weights if isinstance(weights, distributed.WholeState) else distributed.WholeState(dict(weights))
 
 
 def _completion(o) -> Completion:

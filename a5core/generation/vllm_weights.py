@@ -1,15 +1,18 @@
 """The vLLM backend's weight update and its exact check, run inside each engine worker through `collective_rpc`.
 
+- `weights` is a `distributed.WholeState`: names and whole shapes known up front, tensors produced as it is iterated
+  (under fsdp2 each one gathered by `full_tensor()` then, so no whole copy of the policy is ever held). Each function
+  here iterates it once, in order; a rank's engine consumes it exactly as every other rank's does.
 - `reload_on_worker`: refuses an update that lacks a tensor some engine parameter is built from (nothing is loaded
   then: vLLM processes a fused projection loaded in part with its other rows left as fresh, unset memory, and lists
   nothing as not loaded), loads the rest in place through vLLM's reload path, and returns the engine parameters it
   did not reach. vLLM only logs those ("Following weights were not loaded from checkpoint"; a layer that got
   nothing keeps its old tensors); here the loaded-names set `model.load_weights` returns and that log record both
   count.
-- `compare_on_worker`: each engine parameter against what the policy says it holds: the same-named tensor,
-  `torch.cat` of q/k/v (`qkv_proj`) or gate/up (`gate_up_proj`), or the leading rows of an embedding whose vocabulary
-  vLLM padded (to a multiple of 64). The CPU build repacks every linear layer's weight into its GEMM kernel and
-  leaves a (0,)-shaped parameter: those hold nothing to compare (only the norms, embeddings and biases do there).
+- `compare_on_worker`: each engine parameter against what the policy says it holds: the same-named tensor, the rows
+  of q/k/v (`qkv_proj`) or gate/up (`gate_up_proj`) in that order, or the leading rows of an embedding whose
+  vocabulary vLLM padded (to a multiple of 64). The CPU build repacks every linear layer's weight into its GEMM kernel
+  and leaves a (0,)-shaped parameter: those hold nothing to compare (only the norms, embeddings and biases do there).
 - `required_compared`: how many a layout must compare (see there).
 Departs from vLLM: nothing; vLLM checks none of this.
 """
@@ -17,6 +20,7 @@ Departs from vLLM: nothing; vLLM checks none of this.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 
 import torch
@@ -26,24 +30,25 @@ PADDED = ("embed_tokens.weight", "lm_head.weight")  # vLLM pads the vocabulary d
 LOADER_LOGGER = "vllm.model_executor.model_loader"  # its reload modules log what did not load
 
 
-def expected_tensor(name: str, policy: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """What engine parameter `name` must hold according to the policy's tensors (None: no counterpart)."""
-    if name in policy:
-        return policy[name]
+def sources(name: str, have) -> list[str] | None:
+    """The policy tensors engine parameter `name` is built from, in the engine's row order (None: no counterpart);
+    `have`: the policy's tensor names."""
+    if name in have:
+        return [name]
     for fused, parts in FUSED.items():
         token = f".{fused}."
         if token in name:
-            pieces = [policy.get(name.replace(token, f".{part}.")) for part in parts]
             # vLLM's stacked_params_mapping writes the shards in this order along dim 0 (tensor parallel size 1)
-            return torch.cat(pieces, dim=0) if all(p is not None for p in pieces) else None
+            names = [name.replace(token, f".{part}.") for part in parts]
+            return names if all(n in have for n in names) else None
     return None
 
 
-def _fits(engine: torch.Tensor, name: str, want: torch.Tensor) -> bool:
-    if engine.shape == want.shape:
+def _fits(engine: torch.Tensor, name: str, want: torch.Size) -> bool:
+    if engine.shape == want:
         return True
-    padded = name.endswith(PADDED) and engine.ndim == want.ndim and engine.shape[0] >= want.shape[0]
-    return padded and engine.shape[1:] == want.shape[1:]
+    padded = name.endswith(PADDED) and engine.ndim == len(want) and engine.shape[0] >= want[0]
+    return padded and engine.shape[1:] == want[1:]
 
 
 class _Collect(logging.Handler):
@@ -105,12 +110,11 @@ def _reload(worker, weights) -> None:
 
 
 def reload_on_worker(worker, weights) -> dict[str, list[str]]:
-    """Load `weights` [(name, tensor)] in place: {"absent": engine parameters the update has no tensor for (then
+    """Load `weights` (a WholeState) in place: {"absent": engine parameters the update has no tensor for (then
     nothing was loaded), "not_loaded": what vLLM did not load (`load_and_report`)}."""
     # get_model(): on CUDA `model_runner.model` may be a CUDA-graph wrapper; the reload works on the raw model
-    policy = dict(weights)
     names = [name for name, _ in worker.model_runner.get_model().named_parameters()]
-    absent = sorted(name for name in names if expected_tensor(name, policy) is None)
+    absent = sorted(name for name in names if sources(name, weights.shapes) is None)
     if absent:
         return {"absent": absent, "not_loaded": []}
     return {"absent": [], "not_loaded": load_and_report(worker, weights)}
@@ -129,22 +133,35 @@ def load_and_report(worker, weights) -> list[str]:
 def compare_on_worker(worker, weights) -> dict[str, list[str]]:
     """{"compared", "differ", "repacked", "unmatched"}: names of engine parameters compared with the policy's tensor,
     those of them not equal to it cast to the engine's dtype, those repacked away (numel 0), those without a
-    counterpart of a fitting shape."""
-    policy = dict(weights)
+    counterpart of a fitting shape. `weights` (a WholeState) is iterated once; each tensor is compared with the rows
+    it fills and dropped."""
     out: dict[str, list[str]] = {"compared": [], "differ": [], "repacked": [], "unmatched": []}
-    for name, engine in worker.model_runner.get_model().named_parameters():
-        if engine.numel() == 0:
+    engine = dict(worker.model_runner.get_model().named_parameters())
+    rows: dict[str, list[tuple[str, int]]] = {}  # policy tensor -> [(engine parameter, its first row there)]
+    for name, param in engine.items():
+        src = sources(name, weights.shapes) if param.numel() else None
+        if param.numel() == 0:
             out["repacked"].append(name)
-            continue
-        want = expected_tensor(name, policy)
-        if want is None or not _fits(engine, name, want):
+        elif src is None or not _fits(param, name, _stacked(src, weights.shapes)):
             out["unmatched"].append(name)
-            continue
-        out["compared"].append(name)
-        got = engine.detach()[: want.shape[0]]  # vocabulary padding rows hold nothing of the policy's
-        if not torch.equal(got, want.to(device=engine.device, dtype=engine.dtype)):
-            out["differ"].append(name)
+        else:
+            out["compared"].append(name)
+            firsts = itertools.accumulate((weights.shapes[s][0] for s in src), initial=0)
+            for s, first in zip(src, firsts):
+                rows.setdefault(s, []).append((name, first))
+    differ = set()
+    for policy_name, tensor in weights:
+        for name, first in rows.get(policy_name, ()):
+            got = engine[name].detach()[first : first + tensor.shape[0]]  # vocabulary padding rows: not the policy's
+            if not torch.equal(got, tensor.to(device=got.device, dtype=got.dtype)):
+                differ.add(name)
+    out["differ"] = sorted(differ)
     return out
+
+
+def _stacked(src: list[str], shapes: dict) -> torch.Size:
+    """The shape of the policy tensors `src` stacked along dim 0 (what a fused engine parameter holds)."""
+    return torch.Size([sum(shapes[s][0] for s in src), *shapes[src[0]][1:]])
 
 
 def required_compared(layout: str, parameters: int, repacked: int) -> int:
