@@ -228,7 +228,10 @@ def shard(model, streamed: bool = False):
     mesh = init_device_mesh(next(model.parameters()).device.type, (_world.size,))
     units = [*decoder_layers(model), model]
     for unit in units:
-        fully_shard(unit, mesh=mesh)
+        # the root too (torch's default keeps it whole from a forward to the next backward): after a no-grad forward
+        # (validation, old log-probs, the engine's probe) its parameters would stay plain tensors, which an optimizer
+        # made then would hold and a state dict could not match to the shards
+        fully_shard(unit, mesh=mesh, reshard_after_forward=True)
     for unit in units:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)

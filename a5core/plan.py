@@ -5,10 +5,9 @@
   token and layer about 8h + 2kv + 4i values with SDPA attention) and its logits (with two float32 copies, or one
   `model.logits_chunk` of them), and TRANSIENTS x those two (measured on an H200: reports/gpu_check.json).
 - On N ranks every number is one rank's GPU: ddp keeps a whole replica; fsdp2 divides the weights, gradients and
-  AdamW state by N and adds two gathered layers, the gathered root unit (embeddings, LM head: fsdp2 keeps the root
-  whole from its forward to the next backward) and, with the hf backend only, the whole-weights copy it generates
-  from (vLLM engines are synced one gathered tensor at a time; a5core/distributed.py). `--scaling` prints the
-  README's table for Qwen2.5-Math-1.5B and 7B on 1 to 8 GPUs.
+  AdamW state by N and adds two gathered layers, the gathered root unit (embeddings, LM head) and, with the hf
+  backend only, the whole-weights copy it generates from (vLLM engines are synced one gathered tensor at a time;
+  a5core/distributed.py). `--scaling` prints the README's table for Qwen2.5-Math-1.5B and 7B on 1 to 8 GPUs.
 - The vLLM engine: gpu_memory_utilization x its card, alone (two_gpu) or beside the policy (one_gpu, asleep while
   the policy trains).
 - `model.micro_batch_tokens: auto` on CUDA: the largest budget whose step fits AUTO_HEADROOM of the card.
@@ -80,7 +79,7 @@ def training_memory(
     root = arch.vocab * arch.hidden * (1 if arch.tied else 2) + arch.hidden  # embeddings, LM head, final norm
     sharded = {
         "fsdp2: 2 gathered layers": 2 * layer * b / GB,
-        ROOT_GATHERED: root * b / GB,
+        "fsdp2: gathered root (embeddings, LM head)": root * b / GB,
         **({"fsdp2: whole-weights copy": p * b / GB} if whole_copy else {}),
     }
     return {
@@ -107,15 +106,7 @@ PRECISIONS = {
     "bfloat16 weights, kahan": ("bfloat16", "kahan"),
 }
 STATE = ("weights", "lora_adapters", "gradients", "adamw_moments", "kahan_compensation")
-ROOT_GATHERED = "fsdp2: gathered root (embeddings, LM head)"  # whole from a forward to the next backward
-RESIDENT = (
-    "weights",
-    ROOT_GATHERED,
-    "fsdp2: whole-weights copy",
-    "lora_adapters",
-    "adamw_moments",
-    "kahan_compensation",
-)
+RESIDENT = ("weights", "fsdp2: whole-weights copy", "lora_adapters", "adamw_moments", "kahan_compensation")
 
 
 def lora_parameters(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:

@@ -15,22 +15,24 @@ import time
 
 import torch
 
-from a5core import autocast, distributed
+from a5core import autocast, compute, distributed
 from a5core.config import GenerationConfig, SamplingConfig
 from a5core.distributed import DistributedConfig
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
+from a5core.logprobs import get_response_log_probs
 from a5core.model_io import load_policy
 from a5core.prompts import build_prompt
 
 PROMPTS = [build_prompt("Compute 1 + 2."), build_prompt("What is 7 * 8?")]
 
 
-def step(policy, world: int) -> None:
+def step(policy, world: int) -> torch.optim.Optimizer:
     """One AdamW step on a fixed batch, each rank's loss its 1/world share (fsdp2 sums the ranks' gradients)."""
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-2)
     ids = torch.arange(3, 40).reshape(1, -1)  # (1, 37)
     (policy(input_ids=ids, labels=ids).loss / world).backward()
     opt.step()
+    return opt
 
 
 def stale_check(backend, start) -> str:
@@ -49,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     autocast.configure("off", quiet=True)
+    compute.configure("auto", 4, False)  # the LM head 4 positions at a time (as the full profile's logits_chunk)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy="fsdp2"))
     policy, tok = load_policy(args.model, torch.device("cpu"), "float32")
@@ -57,12 +60,17 @@ def main() -> None:
     backend = distributed.FullWeightsBackend(
         VLLMBackend(args.model, GenerationConfig(backend="vllm", sync_tolerance=1e-4), tokenizer=tok, policy=policy)
     )
-    step(policy, world)
+    backend.sync_weights(policy)  # a stage's initial validation: the probe's forwards, then the rollouts' entropies
+    ids = torch.arange(3, 20).reshape(1, -1)  # (1, 17)
+    with distributed.inference():
+        get_response_log_probs(policy, ids[:, :-1], ids[:, 1:], return_token_entropy=True, share_prefix=True)
+    opt = step(policy, world)
     began = time.perf_counter()
     backend.sync_weights(policy)  # reload, exact check and log-prob probe (verify_weight_sync defaults to true)
     sync_s = time.perf_counter() - began
     greedy = backend.generate(PROMPTS, SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=()), False)
     saved = distributed.full_weights(policy)  # what save_model and the Checkpointer write from (rank 0 only)
+    moments = distributed.optimizer_state(policy, opt).get("state", {})  # rank 0 only: a checkpoint after a sync
     out = {
         "world": world,
         "rank": distributed.world().rank,
@@ -72,6 +80,7 @@ def main() -> None:
         "saved": None if saved is None else {n: t.detach().clone() for n, t in saved.state_dict().items()},
         "saved_device": None if saved is None else str(next(saved.parameters()).device),
         "whole_copy": distributed._full is not None,
+        "moments": {k: v["exp_avg"].clone() for k, v in moments.items()},
     }
     torch.save(out, f"{args.out}.rank{out['rank']}")
     distributed.reset()

@@ -1,7 +1,10 @@
 """vLLM engines synced from fsdp2 shards (the CPU build, 2 torchrun ranks over gloo, one engine per rank through
 external_launcher) against one process: each rank's engine loads the policy one gathered tensor at a time
 (`distributed.WholeState`), passes the exact check and the log-prob probe, and generates the single process's
-greedy tokens; rank 1 keeps no whole copy of the weights, rank 0 keeps one on the CPU for saving. ~1.5 min."""
+greedy tokens; rank 1 keeps no whole copy of the weights, rank 0 keeps one on the CPU for saving. The probe's no-grad
+forwards run before the optimizer is made, as a stage's initial validation does: with torch's default for the root
+unit (whole after a forward) the optimizer held the root's whole tensors and the embeddings were never trained, which
+every test here catches. ~1 min."""
 
 from __future__ import annotations
 
@@ -60,3 +63,15 @@ def test_the_saved_weights_are_gathered_on_rank_0_s_cpu_only(runs):
     assert rank0["saved"].keys() == ref["saved"].keys()
     for name, t in ref["saved"].items():
         assert torch.allclose(rank0["saved"][name], t, rtol=0, atol=1e-6), name
+
+
+def test_the_optimizer_state_is_checkpointed_after_a_sync(runs):
+    """The engine's probe runs no-grad forwards of the sharded policy before the optimizer is made and again before
+    the checkpoint (fsdp2 would keep the root unit whole after them by default: the optimizer would hold its whole
+    tensors, which the state dict cannot match); every moment maps to its parameter (by name under fsdp2)."""
+    ref, rank0 = runs["single"]["moments"], runs["ranks"][0]["moments"]
+    names = list(runs["single"]["saved"])
+    assert len(rank0) == len(ref) > 0
+    by_index = {names[i]: t for i, t in ref.items()}  # one process keys them by index, in parameter order
+    for name, t in rank0.items():
+        assert torch.allclose(t, by_index[name], rtol=0, atol=1e-6), name
