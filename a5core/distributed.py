@@ -221,7 +221,8 @@ def shard(model, streamed: bool = False):
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     global _full
-    # before sharding: whole tensors, refreshed by full_weights
+    # before sharding: whole tensors, refreshed by full_weights (streamed: copied on the device, then moved, before
+    # any gradient or optimizer state exists)
     _full = None if streamed and not is_main() else copy.deepcopy(model).eval()
     if streamed and _full is not None:
         _full.to("cpu")
@@ -268,9 +269,7 @@ def full_weights(policy):
 
 
 def _whole(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor gathered (a collective: every rank calls it for the same tensor), else `t`. The root unit's
-    parameters are whole between a forward and the next backward (fsdp2 keeps the root unsharded after its
-    forward), the same on every rank."""
+    """A DTensor gathered (a collective: every rank calls it for the same tensor), else `t` (already whole)."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
