@@ -3,10 +3,11 @@ a folder remote (README "A grid over machines"): two machines each run one GRPO 
 collector's `dvc repro --pull` of the whole DAG runs neither of them nor anything upstream, restores their outputs byte
 for byte and runs the rest on 2 ranks, rank 0 alone writing. SFT on 2 ranks (ddp), on 1 and under fsdp2 give the same
 weights to float tolerance; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's bytes on 2 ranks
-and to its weights on 1."""
+and to its weights on 1, and a 2-rank GRPO stage to its bytes on 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from a5core.history import read_log
 from tests.test_checkpoint import _sft_cmd, kill_repo
 from tests.test_smoke_dag import ok, ran_stages, repo_env, scratch_repo, tree_digest
 
@@ -106,6 +108,19 @@ def test_a_two_rank_sft_stage_equals_one_process_and_fsdp2(grid):
         assert (work / "results" / "sft" / "filtered" / "metrics.json").read_text() == metrics, overrides
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a launched stage: the launcher, torchrun's agent and its workers. Why not killpg: torchrun starts each
+    worker in a session of its own, so killing the agent's group leaves the workers running to the end."""
+    import psutil
+
+    tree = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    psutil.wait_procs([psutil.Process(pid) for pid in tree[1:] if psutil.pid_exists(pid)], timeout=30)
+
+
 def _launch(cmd: list[str]) -> list[str]:
     return [sys.executable, "-m", "a5core.launch", *cmd[1:]]  # cmd[0] is python: the launcher runs the script
 
@@ -128,8 +143,7 @@ def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 6):
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun's agent and both workers, mid-training
-        proc.wait()
+        kill_tree(proc)  # torchrun's agent and both workers, mid-training
         return torch.load(work / "scratch" / name / "state" / "state.pt", weights_only=True)["step"]
 
     ok(stage("ref"))
@@ -142,3 +156,44 @@ def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
     (work / "one.yaml").write_text(yaml.safe_dump(one))
     ok(stage("other_n", "one.yaml"))  # the 2-rank checkpoint, resumed by one process
     _close(work / "models" / "other_n", work / "models" / "ref", atol=1e-5)
+
+
+def _grpo_cmd(out: str) -> list[str]:
+    """grpo@reinforce_baseline from the base model under kill.yaml, its outputs under `out`."""
+    paths = {"--out": f"models/{out}", "--metrics": f"results/{out}/metrics.json", "--live": f"results/{out}/live"}
+    paths |= {"--logs": f"results/{out}/logs", "--scratch": f"scratch/{out}"}
+    paths |= {"--record": f"results/{out}/run_record.json"}
+    data = {"--train": "data/prepared/train.parquet", "--validation": "data/prepared/validation.parquet"}
+    flags = {"--run": "reinforce_baseline", "--model": "models/base", **data, **paths, "--params": "kill.yaml"}
+    return [sys.executable, "-m", "a5core.launch", "stages/grpo.py", *(x for kv in flags.items() for x in kv)]
+
+
+@pytest.mark.slow
+def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
+    """GRPO's checkpoint (weights, AdamW, history, the step) written by 2 ranks and resumed by 2 (the initial
+    validation's no-grad forwards come before the optimizer is made): the same model folder and results as the
+    uninterrupted run, byte for byte."""
+    work, params, env = kill_repo(tmp_path, nproc=2)
+    # the smoke model earns no reward, so an entropy bonus gives every step a gradient (weights that move)
+    params["grpo"].update(n_grpo_steps=6, eval_every=0, checkpoint_every=1, entropy_coef=0.05)
+    (work / "kill.yaml").write_text(yaml.safe_dump(params))
+    ok(subprocess.run(_grpo_cmd("ref"), cwd=work, env=env, capture_output=True, text=True))
+    proc = subprocess.Popen(
+        _grpo_cmd("killed"), cwd=work, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    log = work / "results" / "killed" / "logs" / "train.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 3):
+        time.sleep(0.02)
+    kill_tree(proc)  # torchrun's agent and both workers, mid-run
+    killed_at = torch.load(work / "scratch" / "killed" / "state" / "state.pt", weights_only=True)["step"]
+    assert 0 < killed_at < 6
+    timing = work / "results" / "killed" / "logs" / "timing_train.csv"  # wall-clock seconds of each step
+    before = timing.read_text().splitlines()[: 1 + killed_at]
+    ok(subprocess.run(_grpo_cmd("killed"), cwd=work, env=env, capture_output=True, text=True))
+    # it resumed: the steps before the checkpoint keep the killed process's timings (a fresh start measures anew)
+    assert timing.read_text().splitlines()[: 1 + killed_at] == before
+    assert all(float(r["train/grad_norm"]) > 0 for r in read_log(work / "results" / "ref" / "logs" / "train.csv"))
+    assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")
+    assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
