@@ -8,9 +8,7 @@ and to its weights on 1, and a 2-rank GRPO stage to its bytes on 2."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -108,17 +106,25 @@ def test_a_two_rank_sft_stage_equals_one_process_and_fsdp2(grid):
         assert (work / "results" / "sft" / "filtered" / "metrics.json").read_text() == metrics, overrides
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL a launched stage: the launcher, torchrun's agent and its workers. Why not killpg: torchrun starts each
-    worker in a session of its own, so killing the agent's group leaves the workers running to the end."""
+def kill_mid_run(cmd: list[str], work: Path, env: dict, name: str, rows: int) -> int:
+    """Start a launched stage, SIGKILL it once `results/<name>/logs/train.csv` has `rows` rows, and return the step
+    of the checkpoint it left. Every process goes: the launcher, torchrun's agent and its workers. Why not killpg:
+    torchrun starts each worker in a session of its own, so killing the agent's group leaves them running to the end
+    (which then clear the checkpoint, and the "resumed" run starts afresh)."""
     import psutil
 
-    tree = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = work / "results" / name / "logs" / "train.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") > rows):
+        time.sleep(0.02)
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
     proc.wait()
-    psutil.wait_procs([psutil.Process(pid) for pid in tree[1:] if psutil.pid_exists(pid)], timeout=30)
+    psutil.wait_procs(tree[1:], timeout=30)
+    return torch.load(work / "scratch" / name / "state" / "state.pt", weights_only=True)["step"]
 
 
 def _launch(cmd: list[str]) -> list[str]:
@@ -134,24 +140,12 @@ def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
         cmd[cmd.index("--params") + 1] = params_file
         return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
 
-    def kill_mid_run(name: str) -> int:
-        proc = subprocess.Popen(
-            _launch(_sft_cmd(name, name)), cwd=work, env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        log = work / "results" / name / "logs" / "train.csv"
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 6):
-            time.sleep(0.02)
-        kill_tree(proc)  # torchrun's agent and both workers, mid-training
-        return torch.load(work / "scratch" / name / "state" / "state.pt", weights_only=True)["step"]
-
     ok(stage("ref"))
-    assert 0 < kill_mid_run("killed") < 24
+    assert 0 < kill_mid_run(_launch(_sft_cmd("killed", "killed")), work, env, "killed", 5) < 24
     ok(stage("killed"))
     assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")  # byte for byte
     assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
-    assert 0 < kill_mid_run("other_n") < 24
+    assert 0 < kill_mid_run(_launch(_sft_cmd("other_n", "other_n")), work, env, "other_n", 5) < 24
     one = {**params, "distributed": {**params["distributed"], "nproc": 1}}
     (work / "one.yaml").write_text(yaml.safe_dump(one))
     ok(stage("other_n", "one.yaml"))  # the 2-rank checkpoint, resumed by one process
@@ -178,16 +172,7 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
     params["grpo"].update(n_grpo_steps=6, eval_every=0, checkpoint_every=1, entropy_coef=0.05)
     (work / "kill.yaml").write_text(yaml.safe_dump(params))
     ok(subprocess.run(_grpo_cmd("ref"), cwd=work, env=env, capture_output=True, text=True))
-    proc = subprocess.Popen(
-        _grpo_cmd("killed"), cwd=work, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    log = work / "results" / "killed" / "logs" / "train.csv"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 3):
-        time.sleep(0.02)
-    kill_tree(proc)  # torchrun's agent and both workers, mid-run
-    killed_at = torch.load(work / "scratch" / "killed" / "state" / "state.pt", weights_only=True)["step"]
+    killed_at = kill_mid_run(_grpo_cmd("killed"), work, env, "killed", 2)  # mid-run: after step 2 or later
     assert 0 < killed_at < 6
     timing = work / "results" / "killed" / "logs" / "timing_train.csv"  # wall-clock seconds of each step
     before = timing.read_text().splitlines()[: 1 + killed_at]
