@@ -25,6 +25,7 @@ from a5core.typed import (
     PositiveFloat,
     Section,
     TopP,
+    closest,
     from_dict,
     read_params,
 )
@@ -319,13 +320,17 @@ def _run_problems(params: dict, runs: str, base: str | None) -> list[str]:
     return found
 
 
-def check_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Validate every section and named run of a params file; raise one ConfigError listing every problem."""
-    params = read_params(path)
+def _unknown_section(name: str, known: list[str]) -> str:
+    guess = closest(str(name), known)
+    return f"unknown section {name!r}; " + (f"did you mean {guess!r}?" if guess else f"known sections: {known}")
+
+
+def section_problems(params: dict[str, Any], path: str | Path = "params.yaml") -> list[str]:
+    """Every problem of the sections and named runs of a params mapping (types, ranges, rules, unknown keys)."""
     known = list(SECTIONS) + list(RUN_SECTIONS)
     if not params:
-        raise ConfigError(f"{path}: empty; it needs the sections {known} (python -m tools.profile <profile> writes it)")
-    found = [f"unknown section {name!r}; known sections: {known}" for name in params if name not in known]
+        return [f"{path}: empty; it needs the sections {known} (python -m tools.profile <profile> writes it)"]
+    found = [_unknown_section(name, known) for name in params if name not in known]
     found += [
         f"missing section {name!r} (every profile in conf/profile/ has it)" for name in known if name not in params
     ]
@@ -334,9 +339,17 @@ def check_params(path: str | Path = "params.yaml") -> dict[str, Any]:
             found += _problems(_section_class(name), params[name], name)
     for runs, base in RUN_SECTIONS.items():
         found += _run_problems(params, runs, base)
-    # what the values point at (data files, init_policy folders, the reward contract); loaded by name like the
-    # section classes: a refusal changes no output
-    found += importlib.import_module("a5core.inputs").problems(params, path)
+    return found
+
+
+def check_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Validate every section and named run of a params file; raise one ConfigError listing every problem."""
+    params = read_params(path)
+    found = section_problems(params, path)
+    if params:
+        # what the values point at (data files, init_policy folders, the reward contract); loaded by name like the
+        # section classes: a refusal changes no output
+        found += importlib.import_module("a5core.inputs").problems(params, path)
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s):\n  - " + "\n  - ".join(found))
     return params

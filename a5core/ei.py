@@ -61,7 +61,7 @@ class EIConfig(SamplingFields):  # prompt, temperature, top_p, max/min_tokens, s
     max_kept_per_question: NonNegative = 2  # correct samples kept per question; 0 = all (the handout); a cap deviates
     dedup: bool = True  # drop identical responses to a question (a deviation: the handout keeps every correct one)
     sft_epochs: Positive = 1  # SFT epochs over the kept data per round
-    learning_rate: PositiveFloat = 5e-5  # SFT learning rate within a round
+    lr: PositiveFloat = 5e-5  # SFT learning rate within a round
     rewarm: bool = False  # warm the learning rate up again in every round (sft.warmup_ratio); off: start at the peak
     reward_fn: str | None = None  # the reward rollouts are kept by (module:function); None = the prompt's (REWARD_FNS)
     if_no_correct: Literal["fail", "skip"] = "fail"  # a round without correct rollouts: raise, or pass the policy on
@@ -155,7 +155,7 @@ def round_sft_config(cfg: EIConfig, sft_cfg: SFTConfig, round_idx: int) -> SFTCo
     return replace(
         sft_cfg,
         epochs=cfg.sft_epochs,
-        learning_rate=cfg.learning_rate,
+        lr=cfg.lr,
         seed=derive_seed(cfg.seed, "ei_sft", round_idx),
         eval_every=0,
         warmup_ratio=sft_cfg.warmup_ratio if cfg.rewarm else 0.0,

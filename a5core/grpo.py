@@ -52,7 +52,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     # temperature, top_p, max/min_tokens and seed (the rollouts' and validation's) in SamplingFields
     init_policy: str = "sft_filtered"  # model folder under models/ to start from (base = the fetched model)
     n_grpo_steps: Positive = 200  # rollout/optimization steps
-    learning_rate: PositiveFloat = 1e-5  # AdamW learning rate
+    lr: PositiveFloat = 1e-5  # AdamW learning rate
     advantage_eps: NonNegativeFloat = 1e-6  # added to the group std
     rollout_batch_size: Positive = 256  # rollouts per step
     group_size: Annotated[int, Bound(lo=2)] = 8  # rollouts per question (a group of one has no baseline)
@@ -264,7 +264,7 @@ def train_grpo(
     """
     cfg.validate()
     device = next(policy.parameters()).device
-    opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay, cfg.betas)
+    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay, cfg.betas)
     ref = reference_policy(policy, cfg)  # before the restore: the reference is the run's start policy
     state = ckpt.restore_training(policy, opt) if ckpt else {}
     history.restore(state.get("history"))

@@ -5,8 +5,9 @@ completions) and writes each one through, as it is logged, to:
 - dvclive (`<live>/plots/metrics/<namespace>/<name>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
   `dvc plots`, the VS Code extension and DVC Studio read live;
 - `<logs>/<kind>.csv`, the whole rows but their wall-clock fields, which the plots stage and the next EI round read;
-- `<logs>/timing_<kind>.csv`, the wall-clock fields (`*_s`: seconds, and rates per second) by step. They are not a
-  function of the stage's inputs, so they stay out of every file DVC hashes (.dvcignore) and out of dvclive;
+- `<timing>/timing_<kind>.csv`, the wall-clock fields (`*_s`: seconds, and rates per second) by step, in the stage's
+  run-record folder (a5core/runinfo.py). They are not a function of the stage's inputs, so they stay out of every
+  file a later stage hashes, and out of dvclive;
 - TensorBoard event files in `<live>/tensorboard` when `logging.tracker: tensorboard` (offline);
 - the console: one line per `console_every` optimizer steps with loss, reward, accuracy so far, entropy, tokens/s, ETA.
 It is checkpointable (`state()` / `restore()`): a resumed run replays its rows into every sink, so its files equal an
@@ -79,13 +80,16 @@ class RunHistory:
         total_steps: int,
         cfg: LoggingConfig | None = None,
         write: bool = True,
+        timing_dir: str | Path | None = None,
     ):
-        """`write` False: rows are kept in memory only (ranks other than 0 of a distributed run)."""
+        """`write` False: rows are kept in memory only (ranks other than 0 of a distributed run). `timing_dir`: where
+        `timing_<kind>.csv` go (the stage's run-record folder; default `logs_dir`)."""
         from dvclive import Live
 
         self.cfg = cfg or LoggingConfig()
         self.name, self.total_steps, self.write = name, total_steps, write
         self.logs_dir = Path(logs_dir)
+        self.timing_dir = Path(timing_dir) if timing_dir is not None else self.logs_dir
         self.rows: dict[str, list[dict]] = {"train": [], "eval": []}
         self.order: list[str] = []  # the kind of every row, in the order logged: a replay keeps it (dvclive's summary)
         self.completions: list[dict] = []
@@ -181,7 +185,7 @@ class RunHistory:
         write_csv([{k: v for k, v in r.items() if not is_timing(k)} for r in rows], self.logs_dir / f"{kind}.csv")
         timed = [{"step": r["step"], **{k: v for k, v in r.items() if is_timing(k)}} for r in rows]
         if any(len(t) > 1 for t in timed):
-            write_csv(timed, timing_log(self.logs_dir, kind))
+            write_csv(timed, timing_log(self.timing_dir, kind))
 
     def _console(self, row: dict) -> None:
         step = int(row["step"])
@@ -230,12 +234,14 @@ def read_log(path: str | Path) -> list[dict]:
         return [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
-def read_rows(logs_dir: str | Path, kind: str) -> list[dict]:
-    """`<kind>.csv`'s rows with their wall-clock fields from `timing_<kind>.csv` (when it has as many rows)."""
-    rows, timing = read_log(Path(logs_dir) / f"{kind}.csv"), read_log(timing_log(logs_dir, kind))
+def read_rows(logs_dir: str | Path, kind: str, timing_dir: str | Path | None = None) -> list[dict]:
+    """`<kind>.csv`'s rows with their wall-clock fields from `<timing_dir>/timing_<kind>.csv` (when it has as many
+    rows; `timing_dir` defaults to `logs_dir`)."""
+    timing_path = timing_log(logs_dir if timing_dir is None else timing_dir, kind)
+    rows, timing = read_log(Path(logs_dir) / f"{kind}.csv"), read_log(timing_path)
     if timing and [t["step"] for t in timing] != [r["step"] for r in rows]:
         print(
-            f"warning: {timing_log(logs_dir, kind)} does not match {kind}.csv row for row (steps differ): its "
+            f"warning: {timing_path} does not match {kind}.csv row for row (steps differ): its "
             "wall-clock values are left out",
             file=sys.stderr,
         )

@@ -39,7 +39,7 @@ Example = tuple[list[int], list[int]]  # (prompt ids, response ids)
 
 @dataclass(frozen=True)
 class SFTConfig(Section):
-    learning_rate: PositiveFloat = 1e-4  # peak AdamW learning rate
+    lr: PositiveFloat = 1e-4  # peak AdamW learning rate
     schedule: Literal["cosine", "constant"] = "cosine"  # decay after warm-up (cosine: to 10% of the peak)
     warmup_ratio: Fraction = 0.05  # linear warm-up over this fraction of the run's optimizer steps
     epochs: Positive = 1  # passes over the training examples
@@ -169,7 +169,7 @@ def train_sft(
         for i in random.Random(derive_seed(cfg.seed, "sft_order", e)).sample(range(len(examples)), len(examples))
     ]
     total = math.ceil(len(order) / cfg.batch_size)
-    opt = make_optimizer(policy, cfg.learning_rate, cfg.weight_decay)
+    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay)
     sched = make_schedule(opt, total, round(cfg.warmup_ratio * total), cfg.schedule)
     state = ckpt.restore_training(policy, opt, sched) if ckpt else {}
     history.total_steps = total

@@ -11,6 +11,7 @@ The project's sections and `check_params` are in a5core/config.py.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import types
@@ -51,6 +52,11 @@ NonNegativeFloat = Annotated[float, Bound(lo=0)]
 PositiveFloat = Annotated[float, Bound(lo=0, lo_open=True)]
 Fraction = Annotated[float, Bound(lo=0, hi=1)]
 TopP = Annotated[float, Bound(0, 1, lo_open=True)]
+
+
+# Keys renamed since earlier releases -> their name now, in any section that has the new one: the old name is refused
+# with a pointer to the new (one name per quantity: the learning rate is `lr` in sft, ei, grpo and every run entry).
+RENAMED = {"learning_rate": "lr"}
 
 
 class Section:
@@ -121,6 +127,24 @@ def _check_sequence(name: str, value: Any, tp: Any) -> tuple:
     return tuple(_check_type(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
 
 
+def closest(name: str, known: list[str] | tuple[str, ...]) -> str | None:
+    """The known name most like `name` (difflib's ratio >= 0.6), or what an old name like it was renamed to; or None."""
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if found:
+        return found[0]
+    old = difflib.get_close_matches(name, [k for k, new in RENAMED.items() if new in known], n=1, cutoff=0.6)
+    return RENAMED[old[0]] if old else None
+
+
+def unknown_key(section: str, key: Any, known: list[str]) -> str:
+    """One line for a key a section does not have: what it was renamed to, or the closest known key."""
+    if RENAMED.get(key) in known:
+        return f"{section}: key {key!r} was renamed to {RENAMED[key]!r}"
+    guess = closest(str(key), known)
+    hint = f"did you mean {section}.{guess}?" if guess else f"known keys: {', '.join(known)}"
+    return f"{section}: unknown key {key!r}; {hint}"
+
+
 def from_dict(cls, data: dict[str, Any] | None, section: str = ""):
     """Build dataclass `cls` from a mapping; every unknown key, bad type, range or rule is reported at once."""
     section = section or cls.__name__
@@ -128,7 +152,7 @@ def from_dict(cls, data: dict[str, Any] | None, section: str = ""):
         raise ConfigError(f"{section}: expected a mapping of settings, got {data!r}")
     hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
-    errors = [f"{section}: unknown key {k!r}; known keys: {names}" for k in data if k not in names]
+    errors = [unknown_key(section, k, names) for k in data if k not in names]
     kwargs = {}
     for key, value in data.items():
         if key in names:
@@ -150,7 +174,7 @@ class _Loader(yaml.SafeLoader):
     """YAML 1.2 floats and no duplicate keys.
 
     PyYAML follows YAML 1.1, where `3e-6` (no dot) is a string; DVC writes floats that way
-    (`dvc exp run -S grpo.learning_rate=3e-6`), so they are read as YAML 1.2 reads them. A key given twice
+    (`dvc exp run -S grpo.lr=3e-6`), so they are read as YAML 1.2 reads them. A key given twice
     would silently keep the last value, so it is an error.
     """
 

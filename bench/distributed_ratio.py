@@ -61,9 +61,9 @@ def worker(args) -> dict:
     n = args.questions * args.group
     cfg = GRPOConfig(
         rollout_batch_size=n, group_size=args.group, train_batch_size=n, gradient_accumulation_steps=n // args.micro,
-        max_tokens=args.max_tokens, learning_rate=1e-6,
+        max_tokens=args.max_tokens, lr=1e-6,
     )  # fmt: skip
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     rows = generate(args.questions * (args.steps + 1), 8, 8, 0.3, 0)["train"]
     backend, timings = HFBackend(policy, tok, batch_size=64), []
     with GraderPool("a5core.grader:r1_zero_reward_fn", distributed.local_share(2), 10.0) as pool:

@@ -33,10 +33,10 @@ def _params(tmp_path, runs):
 
 
 def test_a_run_overrides_the_shared_section(tmp_path):
-    p = _params(tmp_path, {"a": {}, "b": {"learning_rate": 3e-6}})
-    assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).learning_rate == GRPOConfig().learning_rate
+    p = _params(tmp_path, {"a": {}, "b": {"lr": 3e-6}})
+    assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).lr == GRPOConfig().lr
     b = load_run(GRPOConfig, "grpo", "grpo_runs", "b", p)
-    assert b.learning_rate == 3e-6 and b.n_grpo_steps == 3
+    assert b.lr == 3e-6 and b.n_grpo_steps == 3
 
 
 def test_run_errors_are_clear(tmp_path):
@@ -84,8 +84,8 @@ BAD = [  # (section, key, value, expected message part): each was a traceback or
     ("validation", "grader_timeout_s", -1, "grader_timeout_s: must be > 0"),
     ("validation", "temperature", -1, "temperature: must be >= 0"),
     ("validation", "top_p", 2, "top_p: must be > 0 and <= 1"),
-    ("grpo", "learning_rate", float("inf"), "learning_rate: must be a finite number"),
-    ("sft", "learning_rate", float("nan"), "learning_rate: must be a finite number"),
+    ("grpo", "lr", float("inf"), "lr: must be a finite number"),
+    ("sft", "lr", float("nan"), "lr: must be a finite number"),
     ("model", "source", "pypi:--index-url=http://evil", "source 'pypi:--index-url"),
     ("model", "source", "hf:../../etc", "source 'hf:../../etc'"),
     ("data", "source", "jsonl:", "is not a path"),
@@ -147,8 +147,8 @@ def test_dvc_does_not_delete_outside_the_repo_for_a_traversing_run_name(tmp_path
 
 def test_duplicate_keys_are_rejected(tmp_path):
     p = tmp_path / "params.yaml"
-    p.write_text("grpo:\n  learning_rate: 1.0e-5\n  learning_rate: 3.0e-5\n")
-    with pytest.raises(ConfigError, match="duplicate key 'learning_rate' \\(line 3\\)"):
+    p.write_text("grpo:\n  lr: 1.0e-5\n  lr: 3.0e-5\n")
+    with pytest.raises(ConfigError, match="duplicate key 'lr' \\(line 3\\)"):
         read_params(p)
 
 
@@ -232,16 +232,16 @@ def test_top_level_api_is_lazy_and_complete():
 
 
 def test_params_read_floats_the_way_dvc_writes_them(tmp_path):
-    """`dvc exp run -S grpo.learning_rate=3e-6` writes `3e-6`, a string to YAML 1.1 (PyYAML): it must be a float."""
+    """`dvc exp run -S grpo.lr=3e-6` writes `3e-6`, a string to YAML 1.1 (PyYAML): it must be a float."""
     p = tmp_path / "params.yaml"
     p.write_text(
-        "grpo:\n  learning_rate: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n"
+        "grpo:\n  lr: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n"
     )
     g = read_params(p)["grpo"]
-    assert g == {"learning_rate": 3e-6, "advantage_eps": 1e-6, "cliprange": 0.2, "seed": 7, "prompt": "1e-3"}
+    assert g == {"lr": 3e-6, "advantage_eps": 1e-6, "cliprange": 0.2, "seed": 7, "prompt": "1e-3"}
     assert type(g["seed"]) is int
     p.write_text(p.read_text().replace("prompt: '1e-3'", "prompt: r1_zero") + "grpo_runs:\n  a: {}\n")
-    assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).learning_rate == 3e-6
+    assert load_run(GRPOConfig, "grpo", "grpo_runs", "a", p).lr == 3e-6
 
 
 def test_bool_is_not_an_int_and_literal_needs_the_type():

@@ -173,7 +173,7 @@ def test_the_sft_loop_trains_bf16_weights_with_the_configured_update(tiny, tmp_p
     model = copy.deepcopy(tiny[0]).to(torch.bfloat16)
     start = [p.detach().clone() for p in model.parameters()]
     rows = [{"unique_id": str(i), "prompt": f"{i} + 1 =", "response": f" {i + 1}</answer>"} for i in range(4)]
-    cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=0, learning_rate=1e-5, epochs=1)
+    cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=0, lr=1e-5, epochs=1)
     with DyingHistory(tmp_path) as history:
         train_sft(
             model, tiny[1], rows=rows, cfg=cfg, validate=StubValidator(), history=history, initial={"metrics": METRICS}

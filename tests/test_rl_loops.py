@@ -28,7 +28,7 @@ INITIAL = {"metrics": METRICS, "per_question": {"q0": 0.0}}
 def _cfg(**kw):
     base = dict(
         n_grpo_steps=2,
-        learning_rate=3e-3,
+        lr=3e-3,
         rollout_batch_size=8,
         group_size=4,
         train_batch_size=8,
@@ -202,8 +202,8 @@ def test_ei_selection_cap_and_dedup():
     assert len(kept) == 4
 
 
-EI_SFT = SFTConfig(batch_size=2, micro_batch_size=1, learning_rate=1e-3, eval_every=0, checkpoint_every=1)
-EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3, max_tokens=8)
+EI_SFT = SFTConfig(batch_size=2, micro_batch_size=1, lr=1e-3, eval_every=0, checkpoint_every=1)
+EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, lr=1e-3, max_tokens=8)
 
 
 def _round(policy, tok, k, folder, scratch=None, backend=None, die_at=None, cfg=EI_CFG, validator=None, sft=EI_SFT):
@@ -306,7 +306,7 @@ def test_ei_round_samples_from_its_start_policy_and_validates_the_trained_one(ti
 def test_ei_rounds_do_not_rewarm_unless_asked(tiny, tmp_path):
     model, tok = tiny
     _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "a")
-    assert history.rows["train"][0]["train/lr"] == pytest.approx(EI_CFG.learning_rate)  # starts at the peak
-    rewarm = EIConfig(n_questions=2, rollouts_per_question=3, learning_rate=1e-3, max_tokens=8, rewarm=True)
+    assert history.rows["train"][0]["train/lr"] == pytest.approx(EI_CFG.lr)  # starts at the peak
+    rewarm = EIConfig(n_questions=2, rollouts_per_question=3, lr=1e-3, max_tokens=8, rewarm=True)
     _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", cfg=rewarm, sft=replace(EI_SFT, warmup_ratio=1.0))
     assert history.rows["train"][0]["train/lr"] == pytest.approx(1e-3 / 2)  # 2 steps, both warming up

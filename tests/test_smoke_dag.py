@@ -148,7 +148,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     check_reruns_change_nothing(work, run, tmp_path)
     check_stage_profile(work, run)
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
-    r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.learning_rate=3e-6")  # the README's form
+    r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.lr=3e-6")  # the README's form
     ok(r)
     # the GRPO runs rerun; the plots rerun only if their results changed (the smoke model's rollouts may all score
     # 0, so another learning rate trains nothing and writes the same bytes: nothing below needs to rerun)
@@ -295,7 +295,7 @@ def check_readme_recipes(work: Path, run) -> None:
     """The README's commands for comparing experiments, cleaning the cache and sharing models."""
     r = run("dvc", "exp", "show", "--only-changed", "--csv")
     ok(r)
-    assert "grpo.learning_rate" in r.stdout.splitlines()[0] and "eval.max_tokens" in r.stdout.splitlines()[0]
+    assert "grpo.lr" in r.stdout.splitlines()[0] and "eval.max_tokens" in r.stdout.splitlines()[0]
     r = run(
         "dvc",
         "exp",
@@ -304,7 +304,7 @@ def check_readme_recipes(work: Path, run) -> None:
         "--drop",
         ".*",
         "--keep",
-        "Experiment|grpo\\.learning_rate|results/grpo/.*accuracy",
+        "Experiment|grpo\\.lr|results/grpo/.*accuracy",
     )
     ok(r)
     assert len(r.stdout.splitlines()[0].split(",")) <= 12, r.stdout.splitlines()[0]
