@@ -11,10 +11,13 @@
 - A rate measured on another machine kind (`a5core.runinfo.machine_kind`) is used, and marked, not hidden; once some
   family has run on this machine kind too, its rates here over its rates elsewhere (the median over such families)
   scale every other-kind rate (`kind_factor`): one stage run here calibrates the rest.
+- The records: each stage's `run_records/<family>/<run>/run_record.json` (a DVC output of the stage), and for what is
+  not there (a fresh clone) the copy the plots stage commits, reports/run_records.json.
 - The stages are those of the current folder's dvc.yaml and dvc.lock: forecast another profile from a checkout where
-  it is applied, with `--results` naming where the records are (`cd .study && python -m a5core.forecast --results
-  ../results` forecasts the CPU study from the default DAG's records, reports/cpu_study/README.md).
+  it is applied, with `--records` naming where the records are (`cd .study && python -m a5core.forecast --records
+  ../run_records` forecasts the CPU study from the default DAG's records, reports/cpu_study/README.md).
 - With `grpo.time_budget_s`, the steps the budget buys: the budget over the forecast seconds per GRPO step.
+- `--line <stage>`: the one line a stage prints about the whole `dvc repro` as it starts (a5core/progress.py).
 - Writes `reports/forecast.json`; after the run, `python -m a5core.forecast --compare` puts it beside what the same
   stages took (their run records). Not in reports/summary.md: the summary is a stage output that a forced rerun must
   write byte for byte, and durations differ on every run.
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -84,9 +89,14 @@ def family(stage: str) -> tuple[str, str]:
     return name.removesuffix("_replicate"), run
 
 
-def records(results: Path) -> dict[str, dict]:
-    """{stage: its run record} of every record under `results`."""
-    return {(r := read_run_record(path))["stage"]: r for path in sorted(results.rglob(RECORD_FILE))}
+COLLECTED = Path("reports/run_records.json")  # the plots stage's copy of the DAG's records, committed
+
+
+def records(where: Path, collected: Path = COLLECTED) -> dict[str, dict]:
+    """{stage: its run record}: `collected` (the committed copy, what a fresh clone has), then every record under
+    the folder `where` (the stages' run-record folders, `run_records/`), which wins for a stage in both."""
+    found = {r["stage"]: r for r in json.loads(collected.read_text())} if collected.is_file() else {}
+    return found | {(r := read_run_record(path))["stage"]: r for path in sorted(where.rglob(RECORD_FILE))}
 
 
 def _locked(lock: dict, stage: str, params: dict) -> dict:
@@ -191,16 +201,87 @@ def forecast_vs_actual(saved: dict, recorded: list[dict]) -> str:
     )
 
 
+def _dvc_started() -> float | None:
+    """When the `dvc` process that runs this stage started (the nearest ancestor whose command is dvc)."""
+    import psutil
+
+    for proc in psutil.Process().parents():
+        try:
+            words = [os.path.basename(w) for w in proc.cmdline()[:2]]
+        except psutil.Error:
+            continue
+        if "dvc" in words:
+            return proc.create_time()
+    return None
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _changed(stage: str, params: dict, lock: dict) -> bool:
+    """Whether `stage`'s params differ from those dvc.lock records for it (or it never ran)."""
+    entry = (lock.get("stages") or {}).get(stage)
+    if entry is None:
+        return True
+    for key, value in ((entry.get("params") or {}).get("params.yaml") or {}).items():
+        node = params
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != value:
+            return True
+    return False
+
+
+def pipeline_line(stage: str) -> str:
+    """One line for the stage DVC is starting: its place in dvc.yaml's order, the time since the `dvc` process began,
+    and the forecast minutes for it and for the stages after it that this run will reach (those downstream of it,
+    and those whose params differ from dvc.lock's; a stage whose input files changed otherwise is not foreseen)."""
+    import networkx as nx
+    from dvc.repo import Repo
+
+    with Repo() as repo:
+        order = [s.addressing for s in repo.index.stages]
+        by_name = {s.addressing: s for s in repo.index.stages}
+        downstream = {s.addressing for s in nx.ancestors(repo.index.graph, by_name[stage])}
+    lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
+    params = read_params("params.yaml")
+    k = order.index(stage) + 1
+    rest = [s for s in order[k:] if s in downstream or _changed(s, params, lock)]
+    rows = {
+        r["stage"]: r["seconds"]
+        for r in forecast([stage, *rest], params, lock, records(Path("run_records")), machine_kind(machine()))
+    }
+    started = _dvc_started()
+    parts = [f"[dvc repro] stage {k} of {len(order)}: {stage}"]
+    parts.append(f"{_clock(time.time() - started)} since dvc started" if started else "not run by dvc")
+    mine = f"this stage {rows[stage] / 60:.1f} min" if rows.get(stage) is not None else "this stage: no record yet"
+    known = [rows[s] for s in rest if rows.get(s) is not None]
+    after = f"{len(rest)} more stage(s) {sum(known) / 60:.1f} min" + (
+        f" ({len(rest) - len(known)} without a record)" if len(known) < len(rest) else ""
+    )
+    parts.append(f"forecast: {mine}, {after}" if rest else f"forecast: {mine}, the last stage to run")
+    return " | ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--results", default="results", help="where the stages' run records are")
+    parser.add_argument("--records", default="run_records", help="where the stages' run-record folders are")
     parser.add_argument("--out", default="reports/forecast.json", help="where the forecast is saved")
     parser.add_argument("--compare", action="store_true", help="compare the saved forecast with the run records")
+    parser.add_argument("--line", metavar="STAGE", help="one line on the pipeline as STAGE starts (a5core.progress)")
     args = parser.parse_args()
+    if args.line:
+        try:
+            print(pipeline_line(args.line), flush=True)
+        except Exception as err:  # a line about the pipeline must never disturb the stage beside it
+            print(f"[dvc repro] {args.line}: no pipeline line ({type(err).__name__}: {err})", flush=True)
+        return
     if args.compare:
         saved = json.loads(Path(args.out).read_text())
-        print(forecast_vs_actual(saved, list(records(Path(args.results)).values())) or "no stage of it has run")
+        print(forecast_vs_actual(saved, list(records(Path(args.records)).values())) or "no stage of it has run")
         return
     from dvc.repo import Repo
 
@@ -208,7 +289,7 @@ def main() -> None:
         stages = [s.addressing for s in repo.index.stages]
     lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
     params, here = read_params(args.params), machine_kind(machine())
-    rows = forecast(stages, params, lock, records(Path(args.results)), here)
+    rows = forecast(stages, params, lock, records(Path(args.records)), here)
     width = max(len(r["stage"]) for r in rows) + 1  # replicate stages' names run long
     for row in rows:
         time = f"{row['seconds'] / 60:7.1f} min" if row["seconds"] is not None else "      —    "

@@ -156,7 +156,15 @@ def training_stage(
     vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
     start = training_start(args, seed)
     protocol = validation_protocol(start.validation, args.validation, prompt)
-    history = RunHistory(args.live, args.logs, name=name, total_steps=0, cfg=start.logging, write=distributed.is_main())
+    history = RunHistory(
+        args.live,
+        args.logs,
+        name=name,
+        total_steps=0,
+        cfg=start.logging,
+        write=distributed.is_main(),
+        timing_dir=args.record,
+    )
     with history, pool, vpool:
         validate = Validator(start, vpool, subset_size=subset_size, prompt=prompt)
         initial = initial_validation(initial_from, protocol, validate, start.policy)

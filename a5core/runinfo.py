@@ -1,9 +1,12 @@
-"""The volatile facts of one stage run, kept out of DVC's dependency graph.
+"""The volatile facts of one stage run, kept out of every file a later stage hashes.
 
-- `run_record.json` beside a stage's results: the commit (`+dirty` with uncommitted edits), when it finished, the
-  host, the CPU kind and the ISA flags that decide bf16 autocast, the autocast in force, torch's version and
-  threads, and durations. Committed to git; ignored by DVC (`.dvcignore`), so a rerun that writes the same
-  artifacts with a new commit or time invalidates nothing downstream.
+- `run_record.json` in the stage's run-record folder (dvc.yaml's `--record`, `run_records/<family>/<run>`): the
+  commit (`+dirty` with uncommitted edits), when it finished, the host, the CPU kind and the ISA flags that decide
+  bf16 autocast, the autocast in force, torch's version and threads, and durations; training stages put their
+  per-step timings there too (`timing_<kind>.csv`, a5core/history.py). The folder is a cached DVC output of its
+  stage, so a stage restored from DVC's run cache brings back the record of the run that made its outputs; no stage
+  depends on it (the plots stage reads it without hashing it), so a rerun that writes the same artifacts with a new
+  commit or time invalidates nothing downstream.
 - The artifacts themselves keep only what is a function of the stage's inputs (`a5core.artifacts.provenance`).
 """
 
@@ -104,10 +107,11 @@ def run_record(stage: str, **facts: Any) -> dict[str, Any]:
     }
 
 
-def write_run_record(path: str | Path, stage: str, **facts: Any) -> Path:
+def write_run_record(folder: str | Path, stage: str, **facts: Any) -> Path:
+    """`folder`/run_record.json (the folder: the stage's `--record`)."""
     from a5core.artifacts import write_json
 
-    return write_json(run_record(stage, **facts), path)
+    return write_json(run_record(stage, **facts), Path(folder) / RECORD_FILE)
 
 
 def read_run_record(path: str | Path) -> dict[str, Any] | None:
@@ -115,3 +119,13 @@ def read_run_record(path: str | Path) -> dict[str, Any] | None:
 
     path = Path(path)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_dir(run_dir: str | Path, results: str | Path, records: str | Path) -> Path:
+    """The run-record folder of the training run whose results are in `run_dir` (under `results`): dvc.yaml's
+    `--record` of its stage, `records/<family>[_replicate]/<the rest of run_dir's path>`, e.g. results/grpo/x/seed_1
+    -> run_records/grpo_replicate/x/seed_1 (a stage's record folder is a DVC output of its own, so the family of the
+    replicates is a folder of its own: outputs cannot nest)."""
+    family, *rest = Path(run_dir).relative_to(results).parts
+    replicate = any(part.startswith("seed_") for part in rest)
+    return Path(records) / (family + "_replicate" * replicate) / Path(*rest)

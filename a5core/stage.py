@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 import torch
 
 from a5core.config import ConfigError, check_params
+from a5core.progress import announce
 from a5core.records import read_rows
 
 # The errors the project raises itself, each with what to do: a stage ends on one of them with one line, no
@@ -27,6 +29,28 @@ PROJECT_ERRORS = {
     "a5core.generation.vllm.WeightSyncError": "generation.backend: hf trains without the vLLM engine",
     "a5core.ei.NoCorrectSamples": "or set ei.if_no_correct: skip to pass the policy on untrained",
 }
+
+
+class _KnownNoise(logging.Filter):
+    """Drops the warnings libraries print on every model stage that say nothing about this run, and nothing else:
+    - torchao 0.18's compiled kernels (`torchao/_C*.so`: mxfp8 and CUTLASS, GPU kernels a5 does not use) are built for
+      torch 2.11, so on the pinned torch they fail to load, which torchao logs at import (transformers imports it
+      whenever it loads or saves a model); a5 uses only torchao's Python optimizers (a5core/optim.py);
+    - torch deprecates `register_constant()` on Enum classes, which torchao calls on two of its own when it loads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        kernel = text.startswith("Failed to load ") and "/torchao/_C" in text and "Could not load this library" in text
+        enum = "is an Enum subclass and is now natively supported by torch.compile" in text
+        return not (kernel or enum)
+
+
+def quiet_known_noise() -> None:
+    """Install `_KnownNoise` on the two loggers that print it (idempotent)."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+            logger.addFilter(_KnownNoise())
 
 
 def _hint(err: BaseException) -> str | None:
@@ -53,6 +77,8 @@ def run(main: Callable[[], None]) -> None:
 def args(*names: str, **extra) -> argparse.Namespace:
     """`--name PATH` for each name, plus typed extras; then the whole params file is checked, so that a bad value in
     any section stops the first stage that runs, with every problem listed, before any work."""
+    quiet_known_noise()
+    announce()  # one line on the whole pipeline, from a process of its own (a5core/progress.py)
     parser = argparse.ArgumentParser()
     for name in names:
         parser.add_argument(f"--{name}", required=True)

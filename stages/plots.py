@@ -1,12 +1,15 @@
-"""Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals)."""
+"""Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals), the
+tables `dvc plots` draws (reports/curves/) and the run records of the DAG's stages in one file (reports/run_records.json:
+what the summary's "Made on" line and a fresh clone's `python -m a5core.forecast` read)."""
 
 import os
 import re
 from pathlib import Path
 
 from a5core import stage
-from a5core.artifacts import write_text
+from a5core.artifacts import write_json, write_text
 from a5core.config import DataConfig, load_section, read_params
+from a5core.curves import write_curves
 from a5core.plots import make_plots
 from a5core.replicates import ReplicatesConfig, hierarchical_interval, replicate_scores
 from a5core.runinfo import RECORD_FILE, read_run_record
@@ -22,18 +25,22 @@ def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> s
 
 
 def main() -> None:
-    args = stage.args("results", "ei", "figures", "summary")
+    args = stage.args("results", "ei", "records", "figures", "summary", "curves", "made_by")
     params = read_params(args.params)
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
     reps = load_section(ReplicatesConfig, "replicates", args.params)
-    seeds = {family: {run: reps.seeds for run in reps.runs(family)} for family in ("ei", "grpo")}  # drawn thin
-    results = make_plots(Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, seeds=seeds)
+    seeds = {family: {run: reps.seeds for run in reps.runs(family)} for family in ("sft", "ei", "grpo")}
+    results = make_plots(
+        Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, seeds=seeds, records=Path(args.records)
+    )
     rounds = int(re.search(r"round_(\d+)", args.ei).group(1))  # EI's last round (`--ei results/ei/{run}/round_N`)
+    write_curves(Path(args.results), Path(args.records), Path(args.curves), {**runs, "grpo": list(grpo)}, rounds, seeds)
     scores = replicate_scores(Path(args.results), reps, rounds)
     replicates = {key: hierarchical_interval(s) for key, s in scores.items()}
     dag = dag_stages(runs, grpo, rounds, reps)
-    records = [r for p in sorted(Path(args.results).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
+    records = [r for p in sorted(Path(args.records).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
+    write_json(sorted(records, key=lambda r: r["stage"]), args.made_by)
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
     questions = validation_set(load_section(DataConfig, "data", args.params))
     summary = summary_markdown(results, figures_rel, records=records, validation_set=questions, replicates=replicates)

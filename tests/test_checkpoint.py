@@ -96,7 +96,7 @@ def _sft_cmd(run: str, out: str) -> list[str]:
         "--scratch",
         f"scratch/{run}",
         "--record",
-        f"results/{out}/run_record.json",
+        f"run_records/{out}",
         "--params",
         "kill.yaml",
     ]
@@ -137,7 +137,7 @@ def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
     # every artifact, byte for byte: the model folder (provenance.json included) and the results but the run record
     assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")
     assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
-    assert (work / "results" / "killed" / "run_record.json").exists()
+    assert (work / "run_records" / "killed" / "run_record.json").exists()
     assert (work / "results" / "killed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
     assert not (work / "scratch").exists()
     # a checkpoint truncated as by a full disk: the run warns, restarts from scratch, and still ends identical

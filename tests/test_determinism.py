@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from a5core.artifacts import content_hash, provenance, read_provenance, write_parquet
 from a5core.config import EvalConfig
@@ -95,8 +96,18 @@ def test_a_trained_runs_results_carry_its_validation_per_question(tmp_path):
     assert record == {"protocol": "64 x 2", "metrics": METRICS, "per_question": Final.per_question}
 
 
-def test_run_record_is_ignored_by_dvc_and_holds_the_volatile_facts(tmp_path):
-    record = read_run_record(write_run_record(tmp_path / RECORD_FILE, "s", rollout_s=1.0))
+def test_run_records_travel_with_their_stage_and_no_stage_depends_on_them(tmp_path):
+    """Each stage's volatile record is a cached output of its own (restored with the stage from DVC's run cache),
+    and no stage's deps cover it (a rerun that writes the same artifacts reruns nothing below)."""
+    record = read_run_record(write_run_record(tmp_path / "rec", "s", rollout_s=1.0))
     assert {"code_revision", "finished_utc", "duration_s", "machine", "rollout_s"} <= set(record)
-    ignored = (ROOT / ".dvcignore").read_text().split()
-    assert RECORD_FILE in ignored and "timing_*.csv" in ignored
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        body = stage.get("do", stage)
+        words = body["cmd"].split()
+        deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
+        assert not [d for d in deps if d.startswith("run_records")], name
+        if "--record" in words:
+            folder = words[words.index("--record") + 1]
+            assert folder.startswith("run_records/") and folder in body["outs"], name
+    assert "run_record.json" not in (ROOT / ".dvcignore").read_text()  # an ignored file cannot be an output

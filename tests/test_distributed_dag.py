@@ -156,7 +156,7 @@ def _grpo_cmd(out: str) -> list[str]:
     """grpo@reinforce_baseline from the base model under kill.yaml, its outputs under `out`."""
     paths = {"--out": f"models/{out}", "--metrics": f"results/{out}/metrics.json", "--live": f"results/{out}/live"}
     paths |= {"--logs": f"results/{out}/logs", "--scratch": f"scratch/{out}"}
-    paths |= {"--record": f"results/{out}/run_record.json"}
+    paths |= {"--record": f"run_records/{out}"}
     data = {"--train": "data/prepared/train.parquet", "--validation": "data/prepared/validation.parquet"}
     flags = {"--run": "reinforce_baseline", "--model": "models/base", **data, **paths, "--params": "kill.yaml"}
     return [sys.executable, "-m", "a5core.launch", "stages/grpo.py", *(x for kv in flags.items() for x in kv)]
@@ -174,7 +174,7 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
     ok(subprocess.run(_grpo_cmd("ref"), cwd=work, env=env, capture_output=True, text=True))
     killed_at = kill_mid_run(_grpo_cmd("killed"), work, env, "killed", 2)  # mid-run: after step 2 or later
     assert 0 < killed_at < 6
-    timing = work / "results" / "killed" / "logs" / "timing_train.csv"  # wall-clock seconds of each step
+    timing = work / "run_records" / "killed" / "timing_train.csv"  # wall-clock seconds of each step
     before = timing.read_text().splitlines()[: 1 + killed_at]
     ok(subprocess.run(_grpo_cmd("killed"), cwd=work, env=env, capture_output=True, text=True))
     # it resumed: the steps before the checkpoint keep the killed process's timings (a fresh start measures anew)

@@ -68,7 +68,13 @@ def test_stage_names_and_records(tmp_path):
     assert family("ei_replicate_3@G4-1") == ("ei_round", "G4") and family("sft_replicate@full-2") == ("sft", "full")
     (tmp_path / "grpo" / "a").mkdir(parents=True)
     (tmp_path / "grpo" / "a" / "run_record.json").write_text(json.dumps({"stage": "grpo@a", "duration_s": 3.0}))
-    assert records(tmp_path) == {"grpo@a": {"stage": "grpo@a", "duration_s": 3.0}}
+    collected = tmp_path / "run_records.json"  # the plots stage's committed copy: what a fresh clone has
+    collected.write_text(json.dumps([{"stage": "grpo@a", "duration_s": 9.0}, {"stage": "sft@b", "duration_s": 2.0}]))
+    assert records(tmp_path, tmp_path / "none.json") == {"grpo@a": {"stage": "grpo@a", "duration_s": 3.0}}
+    assert records(tmp_path, collected) == {
+        "grpo@a": {"stage": "grpo@a", "duration_s": 3.0},  # the stage's own record wins over the copy
+        "sft@b": {"stage": "sft@b", "duration_s": 2.0},
+    }
 
 
 def test_the_summary_line_puts_the_forecast_beside_the_run_records():

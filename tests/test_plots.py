@@ -4,6 +4,7 @@ from the configured overrides, stale runs ignored."""
 import json
 
 import pytest
+from matplotlib.colors import to_rgba
 
 from a5core.plots import ablation_groups, make_plots
 from a5core.summary import summary_markdown
@@ -204,3 +205,168 @@ def test_ei_seed_replicates_are_drawn_from_their_own_chain_s_last_round(tmp_path
     assert list(entropy.get_lines()[1].get_ydata()) == [1.0, 1.1, 1.2]
     with pytest.raises(FileNotFoundError):  # a configured replicate that did not run
         plots.ei_figure(EI_LAST.format(root=tmp_path), tmp_path / "figures", ["G2"], {"G2": (1, 2)})
+
+
+def _grpo_run(root, name, steps=4, audit=0.0, wall=True):
+    """A GRPO run's logs: whole-set evaluations (8 questions) at 0 and `steps`, the subset (4) every 2 steps between."""
+    evals = sorted({0, *range(2, steps, 2), steps})
+    header = "step,eval/accuracy,eval/accuracy_lo,eval/accuracy_hi,count/questions,eval/audit_unconfirmed"
+    rows = [f"{s},0.{s},0.0,0.9,{8 if s in (0, steps) else 4},0.0" for s in evals]
+    _write(root / "grpo" / name / "logs" / "eval.csv", "\n".join([header, *rows]) + "\n")
+    header = "step,train/entropy,rollout/response_tokens,train/grad_norm,rollout/reward,rollout/audit_vs_math_verify"
+    rows = [f"{s},{6.3821 + s * 1e-6},16,0.5,0,{audit if s == 1 else 0.0}" for s in range(1, steps + 1)]
+    _write(root / "grpo" / name / "logs" / "train.csv", "\n".join([header, *rows]) + "\n")
+    if wall:
+        _write(
+            root / "grpo" / name / "logs" / "timing_eval.csv",
+            "step,perf/wall_s\n" + "".join(f"{s},{s * 1.5}\n" for s in evals),
+        )
+    _metrics(root / "grpo" / name / "metrics.json", accuracy=0.5, steps_done=steps)
+
+
+def _figures(monkeypatch):
+    """Every figure a call draws, by name (not saved)."""
+    from a5core import plots
+
+    figures = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, out, name: figures.__setitem__(name, fig) or name)
+    return figures
+
+
+def _run_lines(fig) -> dict[str, tuple]:
+    """Each labelled run line's (colour, line style), checking one run has one style in every panel of `fig`."""
+    styles = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                style = (line.get_color(), line.get_linestyle())
+                assert styles.setdefault(line.get_label(), style) == style, line.get_label()
+    return styles
+
+
+def test_run_styles_number_runs_within_a_family_and_stay_distinct_past_twelve():
+    from a5core.plots import PALETTE, run_styles
+
+    keys = [f"grpo/run{i}" for i in range(14)] + ["sft/full", "ei/G4"]
+    styles = run_styles(keys)
+    grpo = [styles[f"grpo/run{i}"] for i in range(14)]
+    assert len({s.color for s in grpo[:12]}) == 12 and len(set(PALETTE)) == 12
+    assert len({(s.color, s.linestyle) for s in grpo}) == 14  # the 13th run on: the next line style
+    assert styles["sft/full"].color == styles["ei/G4"].color == PALETTE[0]  # each figure draws one family
+
+
+def test_one_style_per_run_in_every_panel_and_figure(tmp_path, monkeypatch):
+    figures = _figures(monkeypatch)
+    names = [f"run{i}" for i in range(13)]
+    for name in names:
+        _grpo_run(tmp_path / "results", name)
+    _results(tmp_path / "results")
+    overrides = {
+        name: ({"loss_type": name} if i % 2 else {"learning_rate": i}) if i else {} for i, name in enumerate(names)
+    }
+    make_plots(
+        tmp_path / "results",
+        tmp_path / "figures",
+        {"sft": ["8"], "ei": ["G2"]},
+        overrides,
+        EI_LAST.format(root=tmp_path),
+    )
+    assert {"grpo.png", "grpo_loss_type.png", "grpo_learning_rate.png"} <= set(figures)
+    every = _run_lines(figures["grpo.png"])
+    assert set(every) == set(names) and len(set(every.values())) == 13  # 13 runs, 13 styles
+    for name in ("grpo_loss_type.png", "grpo_learning_rate.png"):
+        ablation = _run_lines(figures[name])
+        assert ablation == {k: every[k] for k in ablation} and "run0" in ablation  # the same style as in grpo.png
+    legend = [t.get_text() for t in figures["grpo.png"].legends[0].get_texts()]
+    assert legend[:13] == names and "validation, mid-run subset (4 questions)" in legend
+    curve, bars = figures["sft.png"].axes
+    assert [p.get_facecolor() for p in bars.patches][0] == to_rgba(_run_lines(figures["sft.png"])["8"][0])
+
+
+def test_seed_replicates_are_named_once_in_the_legend(tmp_path, monkeypatch):
+    from a5core import plots
+
+    figures = _figures(monkeypatch)
+    _grpo_run(tmp_path / "results", "r")
+    for s in (1, 2, 3):
+        _grpo_run(tmp_path / "results" / "grpo" / "r", f"seed_{s}")
+        (tmp_path / "results" / "grpo" / "r" / "grpo" / f"seed_{s}").rename(
+            tmp_path / "results" / "grpo" / "r" / f"seed_{s}"
+        )
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}}, {"r": (1, 2, 3)})
+    legend = [t.get_text() for t in figures["grpo.png"].legends[0].get_texts()]
+    assert legend[:2] == ["r", "r, seeds 1-3 (thin)"]
+    accuracy = figures["grpo.png"].axes[0]
+    assert [line.get_label() for line in accuracy.get_lines()] == ["r", *["_replicate"] * 3]
+
+
+def test_audit_panels_are_drawn_only_when_some_share_is_not_zero(tmp_path, monkeypatch):
+    from a5core import plots
+
+    figures = _figures(monkeypatch)
+    for name, audit in (("zero", 0.0), ("flagged", 0.25)):
+        _grpo_run(tmp_path / name, "r", audit=audit)
+        plots.grpo_figures(tmp_path / name, tmp_path / "figures", {"r": {}})
+        figures[name] = figures.pop("grpo.png")
+    titles = {name: [ax.get_title() for ax in figures[name].axes] for name in ("zero", "flagged")}
+    audits = [p.title for p in plots.GRPO_PANELS if p.audit]
+    assert len(titles["zero"]) == 6 and not set(audits) & set(titles["zero"])  # a 2 x 3 figure
+    assert "Grader audit zero" in figures["zero"]._supxlabel.get_text()
+    assert set(audits) & set(titles["flagged"]) == {"rollouts: our grader vs math-verify"}
+
+
+def test_step_axes_have_integer_ticks_and_plain_labels(tmp_path, monkeypatch):
+    from a5core import plots
+
+    figures = _figures(monkeypatch)
+    _grpo_run(tmp_path / "results", "r", steps=3)  # entropy 6.382101 to 6.382103: an offset axis before
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}})
+    _results(tmp_path / "results")
+    plots.ei_figure(EI_LAST.format(root=tmp_path), tmp_path / "figures", ["G2"])
+    plots.sft_figure(tmp_path / "results", tmp_path / "figures", ["8"])
+    steps = 0
+    for fig in figures.values():
+        fig.canvas.draw()
+        for ax in fig.axes:
+            if ax.get_xlabel() in ("optimizer step", "EI round (0 = starting policy)"):
+                ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+                assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+                steps += 1
+            assert ax.yaxis.get_major_formatter().get_offset() == "", ax.get_title()
+            labels = [t.get_text() for t in ax.get_yticklabels()]
+            assert all(len(t.split(".")[-1]) <= 3 for t in labels if "." in t), (ax.get_title(), labels)
+    assert steps == 5 + 2 + 1  # GRPO's but wall-clock, EI's two, SFT's curve
+    entropy = next(ax for ax in figures["grpo.png"].axes if ax.get_title() == "response entropy")
+    assert entropy.get_ylim()[1] - entropy.get_ylim()[0] > 0.1  # a flat curve is not magnified into noise
+
+
+def test_every_evaluation_is_drawn_and_the_subset_ones_are_hollow(tmp_path, monkeypatch):
+    from a5core import plots
+
+    figures = _figures(monkeypatch)
+    _grpo_run(tmp_path / "results", "r", steps=6)
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}})
+    accuracy = figures["grpo.png"].axes[0]
+    (line,) = accuracy.get_lines()
+    assert list(line.get_xdata()) == [0, 2, 4, 6] and line.get_markevery() == [0, 3]  # filled: the whole set
+    (hollow,) = accuracy.collections[:1]
+    assert [list(p) for p in hollow.get_offsets()] == [[2, 0.2], [4, 0.4]]
+    legend = [t.get_text() for t in figures["grpo.png"].legends[0].get_texts()]
+    assert "validation, whole set (8 questions)" in legend and "validation, mid-run subset (4 questions)" in legend
+
+
+def test_wall_clock_comes_from_the_run_records_when_given(tmp_path, monkeypatch):
+    from a5core import plots
+
+    figures = _figures(monkeypatch)
+    _grpo_run(tmp_path / "results", "r", wall=False)
+    _grpo_run(tmp_path / "results" / "grpo" / "r", "seed_1", wall=False)
+    (tmp_path / "results" / "grpo" / "r" / "grpo" / "seed_1").rename(tmp_path / "results" / "grpo" / "r" / "seed_1")
+    records = tmp_path / "run_records"
+    _write(records / "grpo" / "r" / "timing_eval.csv", "step,perf/wall_s\n0,0\n2,5\n4,9\n")
+    _write(records / "grpo_replicate" / "r" / "seed_1" / "timing_eval.csv", "step,perf/wall_s\n0,0\n2,6\n4,11\n")
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}}, {"r": (1,)}, records=records)
+    wall = next(ax for ax in figures["grpo.png"].axes if ax.get_xlabel() == "wall-clock time (s)")
+    assert [list(line.get_xdata()) for line in wall.get_lines()] == [[0, 5, 9], [0, 6, 11]]
+    plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}}, {"r": (1,)})  # not in the logs
+    assert "No data, not drawn: validation accuracy vs wall-clock" in figures["grpo.png"]._supxlabel.get_text()

@@ -148,6 +148,8 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     check_reruns_change_nothing(work, run, tmp_path)
     check_stage_profile(work, run)
     assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "results").returncode == 0
+    record = work / "run_records" / "grpo" / "reinforce_baseline"
+    made = {name: (record / name).read_text() for name in ("run_record.json", "timing_eval.csv", "timing_train.csv")}
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.lr=3e-6")  # the README's form
     ok(r)
     # the GRPO runs rerun; the plots rerun only if their results changed (the smoke model's rollouts may all score
@@ -156,12 +158,17 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert grpo <= ran_stages(r) <= grpo | {"check_params", "plots"}, ran_stages(r)
     rounds = (work / "results" / "ei" / "G2" / "round_5" / "logs" / "rounds.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in rounds[1:]] == ["0", "1", "2", "3", "4", "5"], rounds  # round 0 = the start
-    r = run("dvc", "plots", "diff", "HEAD", "--json")
+    check_plots_diff(work, run)
+    # back to the committed lr: each GRPO stage is restored from DVC's run cache, with the run record and the timings
+    # of the run that made its outputs (they are outputs of it), so the wall-clock figure keeps its data
+    r = run("dvc", "exp", "run", "-S", "profile=smoke")
     ok(r)
-    plots = json.loads(r.stdout)["data"]
-    accuracy = [k for k in plots if k.endswith("grpo/reinforce_baseline/live/plots/metrics/eval/accuracy.tsv")]
-    assert accuracy, sorted(plots)[:20]
-    assert {v["rev"] for e in plots[accuracy[0]] for v in e["content"]["data"]["values"]} == {"HEAD", "workspace"}
+    assert "Stage 'grpo@reinforce_baseline' is cached - skipping run" in r.stdout, r.stdout
+    assert {name: (record / name).read_text() for name in made} == made
+    ok(run("dvc", "repro", "--force", "plots"))
+    curves = read_log(work / "reports" / "curves" / "grpo_validation.csv")
+    walls = [row["wall_s"] for row in curves if row["run"] == "reinforce_baseline"]
+    assert len(walls) >= 2 and all(isinstance(w, (int, float)) for w in walls) and walls[-1] > 0, curves
     # from the baseline again, the zero-shot eval's params rerun only the zero-shot eval (and the plots that read it)
     assert run("git", "checkout", "--", ".").returncode == 0
     ok(run("dvc", "checkout"))
@@ -170,6 +177,26 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert ran_stages(r) - {"check_params"} == {"baseline_eval", "plots"}, ran_stages(r)
     check_readme_recipes(work, run)
     check_seed_replicates(work, run)
+
+
+def check_plots_diff(work: Path, run) -> None:
+    """`dvc plots diff` is one page of a few figures, every run of both revisions overlaid, that works offline; each
+    run's dvclive curves stay reachable by name."""
+    r = run("dvc", "plots", "diff", "HEAD", "--json")
+    ok(r)
+    plots = json.loads(r.stdout)["data"]
+    assert len(plots) <= 8 and not [k for k in plots if "/live/" in k], sorted(plots)
+    accuracy = plots["reports/curves/grpo_validation.csv"]
+    values = [v for e in accuracy for v in e["content"]["data"]["values"]]
+    assert {v["rev"] for v in values} == {"HEAD", "workspace"}
+    assert {v["run"] for v in values} == {"reinforce_baseline", "no_baseline", "clip_offpolicy"}
+    ok(run("dvc", "plots", "diff", "HEAD", "-o", str(work.parent / "page")))
+    page = (work.parent / "page" / "index.html").read_text()
+    assert "vegaEmbed" in page and "cdn.jsdelivr" not in page and "<script src=" not in page  # no download
+    one = "results/grpo/reinforce_baseline/live/plots/metrics/eval/accuracy.tsv"
+    r = run("dvc", "plots", "show", one, "--json")
+    ok(r)
+    assert one in json.loads(r.stdout)["data"]
 
 
 def check_grader_audit(work: Path) -> None:
@@ -214,7 +241,7 @@ def check_reruns_change_nothing(work: Path, run, tmp_path: Path) -> None:
         assert "up to date" in run("dvc", "status").stdout, (stage, run("dvc", "status").stdout)
         changed = {k for k in before.keys() | artifacts(work).keys() if before.get(k) != artifacts(work).get(k)}
         assert not changed, (stage, sorted(changed))
-    assert json.loads((work / "results" / "ei" / "G2" / "round_1" / "run_record.json").read_text())["machine"]
+    assert json.loads((work / "run_records" / "ei" / "G2" / "round_1" / "run_record.json").read_text())["machine"]
     prepare = work / "a5core" / "data" / "prepare.py"
     original = prepare.read_text()
     prepare.write_text(original + "# a comment-only edit\n")
@@ -271,13 +298,15 @@ def check_seed_replicates(work: Path, run) -> None:
     # baseline_eval too: `dvc exp run` composes params.yaml from conf/ afresh, undoing the workspace's eval.max_tokens
     assert ran_stages(r) - {"check_params"} == replicas | {"plots", "baseline_eval"}, ran_stages(r)
     folder = work / "results" / "grpo" / "no_baseline" / "seed_1"
-    assert read_run_record(folder / "run_record.json")["stage"] == "grpo_replicate@no_baseline-1"
+    record = work / "run_records" / "grpo_replicate" / "no_baseline" / "seed_1" / "run_record.json"
+    assert read_run_record(record)["stage"] == "grpo_replicate@no_baseline-1"
     assert json.loads((work / "models" / "grpo_no_baseline_seed1" / "provenance.json").read_text())
     assert json.loads((folder / "validation.json").read_text())["per_question"]
     sft = [json.loads((work / "results" / "sft" / "full" / f / "details.json").read_text()) for f in ("", "seed_1")]
     assert sft[0]["examples"] == sft[1]["examples"]  # the same traces, in another seed's order
     ei = work / "results" / "ei" / "G2" / "seed_1" / "round_5"
-    assert read_run_record(ei / "run_record.json")["stage"] == "ei_replicate_5@G2-1"
+    record = work / "run_records" / "ei_replicate" / "G2" / "seed_1" / "round_5" / "run_record.json"
+    assert read_run_record(record)["stage"] == "ei_replicate_5@G2-1"
     assert [int(row["round"]) for row in read_log(ei / "logs" / "rounds.csv")] == list(range(6))  # its own chain
     rollouts = [work / "results" / "ei" / "G2" / f / "round_1" / "rollouts.parquet" for f in ("", "seed_1")]
     responses = [pq.read_table(path).column("response").to_pylist() for path in rollouts]

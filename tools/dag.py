@@ -151,8 +151,10 @@ def render(spec: dict) -> str:
             else:
                 out += _lines(key, value, "    ")
     for key, value in spec.items():
-        if key not in ("header", "stages"):
-            out += _lines(key, value, "")
+        if key == "plots_doc":
+            out += [f"# {line}".rstrip() for line in textwrap.wrap(value, WIDTH - 2)]
+        elif key not in ("header", "stages"):  # top-level plots: DVC's own layout
+            out += yaml.safe_dump({key: value}, sort_keys=False, width=WIDTH).splitlines()
     return "\n".join(out) + "\n"
 
 

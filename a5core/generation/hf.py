@@ -18,12 +18,12 @@ from __future__ import annotations
 import copy
 
 import torch
-from tqdm.auto import tqdm
 
 from a5core.autocast import autocast_context
 from a5core.config import SamplingConfig
 from a5core.generation.base import Completion, request_seed, truncate_at_stop
 from a5core.logprobs import compute_entropy
+from a5core.progress import bar as progress_bar
 
 
 def sample_next(
@@ -86,7 +86,7 @@ class HFBackend:
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         per_batch = max(1, self.batch_size // max(1, sampling.n))
         results: list[list[Completion]] = [[] for _ in prompts]
-        bar = tqdm(total=len(prompts) * sampling.n, desc="generating", unit="seq", disable=not progress, leave=False)
+        bar = progress_bar(len(prompts) * sampling.n, "generating", unit="seq", disable=not progress)
         for start in range(0, len(order), per_batch):
             idx = order[start : start + per_batch]
             suffixes = [encoded[i][len(prefix) :] for i in idx for _ in range(sampling.n)]

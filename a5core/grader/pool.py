@@ -23,9 +23,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Self
 
-from tqdm.auto import tqdm
-
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS
+from a5core.progress import bar as progress_bar
 
 STARTUP_TIMEOUT_S = 120
 SINGLE_CALL_PATH = "a5core.grader.reward:grade_inline"  # items carry (ground_truth, prompt)
@@ -279,7 +278,7 @@ class GraderPool:
         self.batch += 1
         results: list[dict | None] = [None] * len(responses)
         pending = deque(range(len(responses)))
-        bar = tqdm(total=len(responses), desc="grading", disable=not progress, leave=False)
+        bar = progress_bar(len(responses), "grading", disable=not progress)
         try:
             while pending or any(s.state == "busy" for s in self.slots):
                 self._dispatch(pending, responses, ground_truths, results, bar)
