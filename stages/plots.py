@@ -1,6 +1,6 @@
-"""Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals), the
-tables `dvc plots` draws (reports/curves/) and the run records of the DAG's stages in one file (reports/run_records.json:
-what the summary's "Made on" line and a fresh clone's `python -m a5core.forecast` read)."""
+"""Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals),
+the tables `dvc plots` draws (reports/curves/) and the run records of the DAG's stages in one file
+(reports/run_records.json: what the summary's "Made on" line and a fresh clone's `python -m a5core.forecast` read)."""
 
 import os
 import re

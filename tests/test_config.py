@@ -236,9 +236,7 @@ def test_top_level_api_is_lazy_and_complete():
 def test_params_read_floats_the_way_dvc_writes_them(tmp_path):
     """`dvc exp run -S grpo.lr=3e-6` writes `3e-6`, a string to YAML 1.1 (PyYAML): it must be a float."""
     p = tmp_path / "params.yaml"
-    p.write_text(
-        "grpo:\n  lr: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n"
-    )
+    p.write_text("grpo:\n  lr: 3e-6\n  advantage_eps: 1.0e-6\n  cliprange: .2\n  seed: 7\n  prompt: '1e-3'\n")
     g = read_params(p)["grpo"]
     assert g == {"lr": 3e-6, "advantage_eps": 1e-6, "cliprange": 0.2, "seed": 7, "prompt": "1e-3"}
     assert type(g["seed"]) is int

@@ -16,7 +16,7 @@ from a5core.artifacts import content_hash, provenance, read_provenance, write_pa
 from a5core.config import EvalConfig
 from a5core.history import RunHistory, read_log, read_rows, timing_log
 from a5core.pipeline import validation_protocol, write_results
-from a5core.runinfo import RECORD_FILE, read_run_record, write_run_record
+from a5core.runinfo import read_run_record, write_run_record
 from tests.loop_fakes import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -325,16 +325,7 @@ def check_readme_recipes(work: Path, run) -> None:
     r = run("dvc", "exp", "show", "--only-changed", "--csv")
     ok(r)
     assert "grpo.lr" in r.stdout.splitlines()[0] and "eval.max_tokens" in r.stdout.splitlines()[0]
-    r = run(
-        "dvc",
-        "exp",
-        "show",
-        "--csv",
-        "--drop",
-        ".*",
-        "--keep",
-        "Experiment|grpo\\.lr|results/grpo/.*accuracy",
-    )
+    r = run("dvc", "exp", "show", "--csv", "--drop", ".*", "--keep", "Experiment|grpo\\.lr|results/grpo/.*accuracy")
     ok(r)
     assert len(r.stdout.splitlines()[0].split(",")) <= 12, r.stdout.splitlines()[0]
     ok(run(sys.executable, "-m", "tools.ablations", "--out", str(work.parent / "ablations.md")))

@@ -58,9 +58,7 @@ def _train(model, tok, folder, cfg, ckpt=None, die_at=None):
 
 def test_killed_run_resumes_to_same_weights_and_logs(tiny, tmp_path):
     model, tok = tiny
-    cfg = SFTConfig(
-        batch_size=2, micro_batch_size=2, eval_every=2, eval_examples=2, checkpoint_every=1, lr=1e-3
-    )
+    cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=2, eval_examples=2, checkpoint_every=1, lr=1e-3)
     full = copy.deepcopy(model)
     _, straight = _train(full, tok, tmp_path / "a", cfg)
     with pytest.raises(KeyboardInterrupt):  # "killed" while logging step 3; its last checkpoint is step 2
@@ -82,9 +80,7 @@ def test_killed_run_resumes_to_same_weights_and_logs(tiny, tmp_path):
 def test_warmup_is_a_fraction_of_the_run_and_validation_is_full_at_the_end(tiny, tmp_path):
     model, tok = tiny
     validator = StubValidator()
-    cfg = SFTConfig(
-        batch_size=1, micro_batch_size=1, warmup_ratio=0.5, eval_every=3, eval_examples=2, lr=1e-3
-    )
+    cfg = SFTConfig(batch_size=1, micro_batch_size=1, warmup_ratio=0.5, eval_every=3, eval_examples=2, lr=1e-3)
     with DyingHistory(tmp_path) as history:
         train_sft(copy.deepcopy(model), tok, rows=ROWS, cfg=cfg, validate=validator, history=history)
     lrs = [r["train/lr"] for r in history.rows["train"]]

@@ -1,4 +1,4 @@
-"""Writes .dvc/plots/page.html: the page `dvc plots show` / `dvc plots diff` fill, with Vega inlined so it works offline.
+"""Writes .dvc/plots/page.html, the page `dvc plots show` / `dvc plots diff` fill, with Vega inlined: it works offline.
 
     python -m tools.plots_page            # downloads the three packages from the npm registry, checks their sha256
 
