@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from datetime import datetime, timezone
@@ -201,20 +200,6 @@ def forecast_vs_actual(saved: dict, recorded: list[dict]) -> str:
     )
 
 
-def _dvc_started() -> float | None:
-    """When the `dvc` process that runs this stage started (the nearest ancestor whose command is dvc)."""
-    import psutil
-
-    for proc in psutil.Process().parents():
-        try:
-            words = [os.path.basename(w) for w in proc.cmdline()[:2]]
-        except psutil.Error:
-            continue
-        if "dvc" in words:
-            return proc.create_time()
-    return None
-
-
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -234,10 +219,11 @@ def _changed(stage: str, params: dict, lock: dict) -> bool:
     return False
 
 
-def pipeline_line(stage: str) -> str:
+def pipeline_line(stage: str, started: float | None) -> str:
     """One line for the stage DVC is starting: its place in dvc.yaml's order, the time since the `dvc` process began,
     and the forecast minutes for it and for the stages after it that this run will reach (those downstream of it,
-    and those whose params differ from dvc.lock's; a stage whose input files changed otherwise is not foreseen)."""
+    and those whose params differ from dvc.lock's; a stage whose input files changed otherwise is not foreseen).
+    `started`: when the dvc process began (epoch seconds; a5core.progress finds it), or None."""
     import networkx as nx
     from dvc.repo import Repo
 
@@ -253,13 +239,14 @@ def pipeline_line(stage: str) -> str:
         r["stage"]: r["seconds"]
         for r in forecast([stage, *rest], params, lock, records(Path("run_records")), machine_kind(machine()))
     }
-    started = _dvc_started()
     parts = [f"[dvc repro] stage {k} of {len(order)}: {stage}"]
     parts.append(f"{_clock(time.time() - started)} since dvc started" if started else "not run by dvc")
     mine = f"this stage {rows[stage] / 60:.1f} min" if rows.get(stage) is not None else "this stage: no record yet"
     known = [rows[s] for s in rest if rows.get(s) is not None]
-    after = f"{len(rest)} more stage(s) {sum(known) / 60:.1f} min" + (
-        f" ({len(rest) - len(known)} without a record)" if len(known) < len(rest) else ""
+    after = (
+        f"{len(rest)} more stage(s) "
+        + (f"{sum(known) / 60:.1f} min" if known else "with no record yet")
+        + (f" ({len(rest) - len(known)} with no record yet)" if known and len(known) < len(rest) else "")
     )
     parts.append(f"forecast: {mine}, {after}" if rest else f"forecast: {mine}, the last stage to run")
     return " | ".join(parts)
@@ -272,10 +259,11 @@ def main() -> None:
     parser.add_argument("--out", default="reports/forecast.json", help="where the forecast is saved")
     parser.add_argument("--compare", action="store_true", help="compare the saved forecast with the run records")
     parser.add_argument("--line", metavar="STAGE", help="one line on the pipeline as STAGE starts (a5core.progress)")
+    parser.add_argument("--dvc_started", type=float, help="with --line: when the dvc process began (epoch seconds)")
     args = parser.parse_args()
     if args.line:
         try:
-            print(pipeline_line(args.line), flush=True)
+            print(pipeline_line(args.line, args.dvc_started), flush=True)
         except Exception as err:  # a line about the pipeline must never disturb the stage beside it
             print(f"[dvc repro] {args.line}: no pipeline line ({type(err).__name__}: {err})", flush=True)
         return

@@ -11,7 +11,8 @@
 - The vLLM engine: gpu_memory_utilization x its card, alone (two_gpu) or beside the policy (one_gpu, asleep while
   the policy trains).
 - `model.micro_batch_tokens: auto` on CUDA: the largest budget whose step fits AUTO_HEADROOM of the card.
-- Disk: every model folder the DAG keeps, the largest resumable checkpoint in `scratch/` and the rollouts.
+- Disk: every model folder the DAG keeps, the largest resumable checkpoint in `scratch/`, the rollouts, and DVC's
+  cache's copy of the models and rollouts (`cache.type = reflink,copy`: reports/inplace_outputs.md).
 - A layout that does not fit is refused with the numbers and what to change. Allocated memory only: the allocator's
   cache can reserve more (reports/design_notes.md, reports/README.md).
 """
@@ -258,8 +259,10 @@ def ei_rounds(dvc_yaml: Path = ROOT / "dvc.yaml") -> int:
 
 
 def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
-    """GB the configured DAG keeps on disk (one copy of each model, seed replicates' included: DVC's cache links to
-    the workspace)."""
+    """GB the configured DAG keeps on disk: each model folder (seed replicates' included) and the EI rollouts twice,
+    in the workspace and in DVC's cache (`.dvc/config`'s `cache.type = reflink,copy`: a cache that an in-place write
+    to an output cannot reach, reports/inplace_outputs.md; on a filesystem with reflinks, e.g. XFS or btrfs, the two
+    share their blocks and the cache's line costs nothing), and the largest resumable checkpoint."""
     model = arch.parameters * BYTES[dtype] / GB
     rounds = ei_rounds()
     replicas = from_dict(ReplicatesConfig, params.get("replicates"), "replicates").stages(rounds)  # a model each
@@ -275,12 +278,14 @@ def disk_plan(params: dict, arch: Arch, dtype: str) -> dict[str, float]:
         f"models ({n_models} folders)": n_models * model,
         "largest checkpoint in scratch/": checkpoint_tensors * model,
         "EI rollouts": rollouts,
+        "DVC cache copy (models, rollouts)": n_models * model + rollouts,
     }
 
 
 def stage_disk_need(arch: Arch, dtype: str) -> float:
     """GB one training stage writes before it can finish: its model folder and one resumable checkpoint (twice while
-    a new checkpoint replaces the old)."""
+    a new checkpoint replaces the old). DVC's copy of the model into its cache comes after the stage has deleted its
+    checkpoint, so it does not raise the peak."""
     return 7 * arch.parameters * BYTES[dtype] / GB
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 MIN_DRIVER = (580, 65)
 BF16_CAPABILITY = (8, 0)  # bf16 tensor cores start at Ampere (sm_80)
 FIX = (
-    'Install the GPU stack of the README ("Full scale on GPUs": requirements/gpu.lock, CUDA 13.0, NVIDIA driver '
+    "Install the GPU stack of docs/full-scale.md (requirements/gpu.lock, CUDA 13.0, NVIDIA driver "
     ">= 580.65) on a machine with NVIDIA GPUs, or run a CPU profile (python -m tools.profile full-mini)."
 )
 

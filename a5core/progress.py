@@ -24,11 +24,28 @@ def bar(total: int, desc: str, unit: str = "it", disable: bool = False) -> tqdm:
     return tqdm(total=total, desc=desc, unit=unit, disable=disable, leave=not tty, mininterval=0.1 if tty else 30)
 
 
+def dvc_started() -> float | None:
+    """When the `dvc` process that runs this stage started (the nearest ancestor whose command is dvc)."""
+    import psutil
+
+    for proc in psutil.Process().parents():
+        try:
+            words = [os.path.basename(w) for w in proc.cmdline()[:2]]
+        except psutil.Error:
+            continue
+        if "dvc" in words:
+            return proc.create_time()
+    return None
+
+
 def announce() -> None:
     """Print the pipeline line for the stage DVC is running (rank 0 only), from a process of its own: the stage goes
     on at once, and nothing the line needs (DVC's index, the forecast) becomes a dependency of the stage."""
     stage = os.environ.get("DVC_STAGE")
     if not stage or os.environ.get("RANK", "0") != "0" or os.environ.get("A5_NO_PIPELINE_LINE"):
         return
-    proc = subprocess.Popen([sys.executable, "-m", "a5core.forecast", "--line", stage], stdin=subprocess.DEVNULL)
+    line = [sys.executable, "-m", "a5core.forecast", "--line", stage]
+    started = dvc_started()
+    line += ["--dvc_started", str(started)] if started else []
+    proc = subprocess.Popen(line, stdin=subprocess.DEVNULL)
     threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it ends; never waited for

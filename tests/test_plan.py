@@ -93,6 +93,9 @@ def test_disk_plan_counts_every_kept_model(tmp_path):
     assert disk[f"models ({n + 16} folders)"] == pytest.approx((n + 16) * 1_543_714_304 * 2 / 1024**3)
     one_run = params["ei"]["n_questions"] * params["ei"]["rollouts_per_question"] * 8e3 / 1024**3
     assert disk["EI rollouts"] == pytest.approx((5 * 5 + 2 * 5) * one_run)  # the replicates' rounds roll out too
+    # cache.type reflink,copy: DVC's cache holds a second copy of every model and rollout (reports/inplace_outputs.md)
+    copies = disk["DVC cache copy (models, rollouts)"]
+    assert copies == pytest.approx(disk[f"models ({n + 16} folders)"] + disk["EI rollouts"])
     with pytest.raises(SystemExit, match="needs about"):
         plan.check_free_disk(tmp_path, 1e9)
 

@@ -92,18 +92,18 @@ def disk_usage(*paths: Path) -> int:
     return total
 
 
-def assert_one_copy_of_each_model(work: Path, run) -> None:
-    """Model files share their bytes with DVC's cache (a link), so models + cache is about models alone, and
-    `dvc checkout` still restores a deleted model."""
+def assert_the_cache_is_a_copy(work: Path, run) -> None:
+    """A model file is not its DVC cache entry (`cache.type = reflink,copy`: no write to an output reaches the cache,
+    reports/inplace_outputs.md), models + cache is about twice the models on a filesystem without reflinks, and
+    `dvc checkout` restores a deleted model."""
     weights = work / "models" / "sft_full" / "model.safetensors"
-    cached = [
+    linked = [
         p for p in (work / ".dvc" / "cache").rglob("*") if p.is_file() and p.stat().st_ino == weights.stat().st_ino
     ]
-    assert cached or weights.is_symlink(), "the model file is a copy of its cache entry"
+    assert not linked and not weights.is_symlink(), "the model file is its cache entry: a write would reach the cache"
     models, both = disk_usage(work / "models"), disk_usage(work / "models", work / ".dvc" / "cache")
-    # a copy would double it; the rest of the cache is logs and results (every output but metrics is cached, for the
-    # run cache: tests/test_dvc_deps.py), 1.3 MB beside the smoke models' 6.5 MB
-    assert both <= 1.5 * models, (both, models)
+    # the rest of the cache is logs and results (every output but metrics is cached, for the run cache)
+    assert both <= 2.5 * models, (both, models)
     shutil.rmtree(work / "models" / "sft_full")
     ok(run("dvc", "checkout", "models/sft_full"))
     assert weights.exists()
@@ -116,6 +116,9 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     ok(r)
     assert {"ei_round_1@G2", "ei_round_2@G2"} <= ran_stages(r) and "ei_round_3@G2" not in ran_stages(r)
     assert "step 1/" in r.stdout and "loss " in r.stdout  # a console line per optimizer step
+    assert "[dvc repro] stage 5 of " in r.stdout and "since dvc started | forecast: " in r.stdout  # one per stage
+    noise = ("Failed to load", "register_constant", "Traceback")  # torchao and torch at import (a5core/stage.py)
+    assert not [n for n in noise if n in r.stdout + r.stderr], (r.stdout + r.stderr)[-3000:]
     r = run("dvc", "repro")
     ok(r)
     ran = ran_stages(r)
@@ -140,7 +143,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert "pass@k, maj@n (95% CI)" in summary and "maj@2 " in summary
     check_grader_audit(work)
     assert not (work / "scratch").exists()  # resume state is removed after success
-    assert_one_copy_of_each_model(work, run)
+    assert_the_cache_is_a_copy(work, run)
     r = run("dvc", "status")
     assert "up to date" in r.stdout, r.stdout
     r = run("dvc", "repro", "--dry")

@@ -16,7 +16,7 @@ repository (its README.md `configs:` and parquet files), loaded through the same
   correct. Its problems come from NuminaMath-1.5, not MATH train (no public set of full-R1 traces on MATH train was
   found); prepare_math removes any trace whose problem is also a validation problem. The course's own sft.jsonl, if
   you have it, can replace this file as it is.
-Dataset names, configs and revisions were checked against the dataset cards (see README, "Full scale on GPUs").
+Dataset names, configs and revisions were checked against the dataset cards (docs/full-scale.md).
 """
 
 from __future__ import annotations
