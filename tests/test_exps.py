@@ -1,0 +1,30 @@
+"""tools.exps: `dvc exp show` narrowed to an ablation (the params that differ, each run's accuracy and interval)."""
+
+from tools.exps import WIDTH, table
+
+GRPO = "results/grpo/reinforce_baseline/metrics.json:eval/accuracy"
+SFT = "results/sft/full/metrics.json:eval/accuracy"
+
+
+def _row(name, lr, acc, sft=0.2):
+    return {
+        "Experiment": name, "rev": name or "workspace", "State": None, "grpo.lr": lr, "sft.lr": 2e-4,
+        "stages/grpo.py": "abc", GRPO: acc, GRPO + "_lo": acc - 0.05, GRPO + "_hi": acc + 0.05, SFT: sft,
+        SFT + "_lo": 0.1, SFT + "_hi": 0.3,
+    }  # fmt: skip
+
+
+def test_only_what_differs_in_a_narrow_table():
+    lines = table([_row(None, 3e-6, 0.07), _row("master", 3e-5, 0.125), _row("loamy-meed", 3e-6, 0.07)])
+    assert lines[0].split() == ["experiment", "grpo.lr", "grpo/reinforce_baseline", "acc", "(95%)"]
+    assert lines[2].split() == ["master", "3e-05", "0.125", "(0.075–0.175)"]
+    assert max(map(len, lines)) <= WIDTH
+
+
+def test_too_many_runs_are_cut_and_say_so():
+    rows = [_row(f"e{i}", 10.0**-i, 0.1 * i) for i in range(3)]
+    for row in rows:
+        for k in range(12):
+            row |= {GRPO.replace("reinforce_baseline", f"run_{k}"): 0.01 * k * row[GRPO]}
+    lines = table(rows, "grpo")
+    assert max(map(len, lines)) <= WIDTH and "--family" in lines[-1]

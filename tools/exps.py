@@ -1,0 +1,64 @@
+"""`dvc exp show`, narrowed to what an ablation compares: one row per experiment, the params that differ between them,
+and each run's validation accuracy with its 95% interval, in at most 120 columns.
+
+    python -m tools.exps                      # every family; e.g. after `dvc exp run -S grpo.lr=3e-6`
+    python -m tools.exps --family grpo        # the GRPO runs only
+
+`dvc exp show` names a metric by its file (`results/grpo/<run>/metrics.json:eval/accuracy`) and lists every param,
+so even `--only-changed` or `--drop/--keep` leave a table wider than a terminal; this reads the same table
+(`dvc.api.exp_show`) and prints it short. Runs whose accuracy is the same in every row are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+WIDTH = 120
+METRIC = re.compile(r"results/(?P<run>(?:sft|ei|grpo)/.+?)/metrics\.json:eval/accuracy$")
+META = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
+
+
+def _value(v) -> str:
+    return "—" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def accuracy(row: dict, run: str) -> str:
+    """`run`'s accuracy in one row of `dvc.api.exp_show()`, with its 95% interval; — when the row has none."""
+    key = f"results/{run}/metrics.json:eval/accuracy"
+    acc, lo, hi = row.get(key), row.get(key + "_lo"), row.get(key + "_hi")
+    return "—" if acc is None else f"{acc:.3f} ({lo:.3f}–{hi:.3f})" if lo is not None else f"{acc:.3f}"
+
+
+def table(rows: list[dict], family: str | None = None) -> list[str]:
+    """The lines of the narrow table for `dvc.api.exp_show()`'s rows."""
+    params = [
+        k for k in rows[0] if k not in META and not set(":/") & set(k) and len({_value(r.get(k)) for r in rows}) > 1
+    ]
+    runs = [m["run"] for k in rows[0] if (m := METRIC.match(k)) and (family is None or m["run"].startswith(family))]
+    columns = {run: [accuracy(r, run) for r in rows] for run in runs}
+    columns = {run: acc for run, acc in columns.items() if len(set(acc)) > 1}
+    head = ["experiment", *params, *(f"{run} acc (95%)" for run in columns)]
+    body = [
+        [r.get("Experiment") or r["rev"], *(_value(r.get(p)) for p in params), *(acc[i] for acc in columns.values())]
+        for i, r in enumerate(rows)
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    if any(len(line) > WIDTH for line in lines):
+        return [line[:WIDTH] for line in lines] + [f"(cut at {WIDTH} columns: --family narrows it)"]
+    return lines
+
+
+def main() -> None:
+    import dvc.api
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=["sft", "ei", "grpo"], help="only this family's runs")
+    a = ap.parse_args()
+    rows = dvc.api.exp_show()
+    print("\n".join(table(rows, a.family)))
+
+
+if __name__ == "__main__":
+    main()
