@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from a5core.checkpoint import Checkpointer, clear_scratch
-from tests.test_smoke_dag import ok, scratch_repo, tree_digest
+from tests.support.repos import ok, scratch_repo, tree_digest
 
 
 class Payload:

@@ -128,7 +128,7 @@ def test_dvc_does_not_delete_outside_the_repo_for_a_traversing_run_name(tmp_path
     and its logs folder folded onto overlapping paths, or check_params, which every run is downstream of, refuses the
     name), and the folder outside survives; `dvc repro -s` skips both, and DVC deletes the folder before any project
     code runs (the residual case docs/reliability.md documents)."""
-    from tests.test_smoke_dag import scratch_repo
+    from tests.support.repos import scratch_repo
 
     work, run = scratch_repo(tmp_path, "smoke")
     victim = tmp_path / "victim"  # where models/grpo_x/../../../victim lands

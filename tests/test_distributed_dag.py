@@ -21,8 +21,8 @@ import yaml
 from safetensors.torch import load_file
 
 from a5core.history import read_log
+from tests.support.repos import ok, ran_stages, repo_env, scratch_repo, tree_digest
 from tests.test_checkpoint import _sft_cmd, kill_repo
-from tests.test_smoke_dag import ok, ran_stages, repo_env, scratch_repo, tree_digest
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

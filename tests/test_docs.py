@@ -32,8 +32,8 @@ def documents() -> list[Path]:
     return [ROOT / "README.md", *docs, *reports]
 
 
-def prose_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
+def outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line outside fenced code blocks."""
     out, fence = [], None
     for number, line in enumerate(text.splitlines(), start=1):
         m = FENCE.match(line)
@@ -44,8 +44,13 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
             if line.strip().startswith(fence):
                 fence = None
             continue
-        out.append((number, INLINE_CODE.sub(lambda c: " " * len(c.group(0)), line)))
+        out.append((number, line))
     return out
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
+    return [(n, INLINE_CODE.sub(lambda c: " " * len(c.group(0)), line)) for n, line in outside_fences(text)]
 
 
 def links(text: str) -> list[tuple[int, str]]:
@@ -70,16 +75,7 @@ def anchors(path: Path) -> set[str]:
     text = path.read_text(encoding="utf-8")
     seen: dict[str, int] = {}
     out = set(HTML_ANCHOR.findall(text))
-    fence = None
-    for line in text.splitlines():
-        m = FENCE.match(line)
-        if fence is None and m:
-            fence = m.group(1)[0] * len(m.group(1))
-            continue
-        if fence is not None:
-            if line.strip().startswith(fence):
-                fence = None
-            continue
+    for _, line in outside_fences(text):
         h = ATX_HEADING.match(line)
         if h:
             base = slug(h.group(2))

@@ -19,7 +19,7 @@ from a5core.config import read_params
 from a5core.inputs import dag_stages
 from a5core.records import PROBLEM_SCHEMA, SFT_SCHEMA, DataError
 from tests.hostile_inputs import PREPARED, PROBLEM_FILES, SFT_FILES
-from tests.test_smoke_dag import scratch_repo
+from tests.support.repos import scratch_repo
 
 PROBLEM = {"unique_id": "a", "problem": "What is 1+1?", "answer": "2", "solution": "", "subject": "", "level": ""}
 TRACE = {"unique_id": "a", "prompt": "Q", "response": "</think> <answer>2</answer>", "ground_truth": "2"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_smoke_dag import ok, ran_stages, scratch_repo
+from tests.support.repos import ok, ran_stages, scratch_repo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
 pytestmark = [pytest.mark.slow, pytest.mark.vllm_engine]

@@ -8,8 +8,6 @@ refused by `tools.push_runs` before anything is pushed, and `tools.push_runs --r
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,57 +16,18 @@ import pytest
 import yaml
 from safetensors import safe_open
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.repos import ok, scratch_repo
+
 PARQUET = ("data/prepared/train.parquet", "prepare_math", None)  # (file, stage, the dvc.lock output it is in)
 MODEL = ("models/sft_filtered/model.safetensors", "sft@filtered", "models/sft_filtered")
 
 
-def repo_env(work: Path) -> dict[str, str]:
-    """Copied from tests/test_smoke_dag.py (test modules do not import each other here): this venv's tools, the
-    repo's own a5core, a git identity."""
-    return {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(work),
-        "GIT_AUTHOR_NAME": "a5",
-        "GIT_AUTHOR_EMAIL": "a5@localhost",
-        "GIT_COMMITTER_NAME": "a5",
-        "GIT_COMMITTER_EMAIL": "a5@localhost",
-    }
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> tuple[Path, callable]:
-    """The working tree (tracked and untracked files, as tests/test_smoke_dag.py's scratch_repo copies it) as a fresh
-    git repo on the smoke profile, after `dvc repro sft@filtered` (the six stages up to the model)."""
-    work = tmp_path_factory.mktemp("inplace") / "repo"
-
-    def ls(*flags):
-        return subprocess.run(["git", "ls-files", *flags], cwd=ROOT, capture_output=True, text=True, check=True)
-
-    # untracked files under results/ are stage outputs (the DAG writes them again): copied and committed, they would
-    # make DVC refuse them as "already tracked by SCM"
-    files = ls("--cached").stdout.split() + [
-        f for f in ls("--others", "--exclude-standard").stdout.split() if not f.startswith("results/")
-    ]
-    for f in files:
-        if (ROOT / f).is_file():
-            (work / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, work / f)
-    env = repo_env(work)
-
-    def run(*cmd):
-        return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-
-    for cmd in (
-        (sys.executable, "-m", "tools.profile", "smoke"),
-        ("git", "init", "-q"),
-        ("git", "add", "-A"),
-        ("git", "commit", "-qm", "smoke"),
-        ("dvc", "repro", MODEL[1]),
-    ):
-        r = run(*cmd)
-        assert r.returncode == 0, (cmd, r.stdout[-3000:], r.stderr[-3000:])
+    """The working tree as a fresh git repo on the smoke profile (tests/support/repos.py), after
+    `dvc repro sft@filtered` (the six stages up to the model)."""
+    work, run = scratch_repo(tmp_path_factory.mktemp("inplace"), "smoke")
+    ok(run("dvc", "repro", MODEL[1]))
     return work, run
 
 

@@ -111,7 +111,7 @@ def test_dvc_repro_of_the_full_profile_in_a_fresh_clone_stops_at_the_first_stage
     stage (check_params) names the missing CUDA, not the missing data, and nothing is fetched."""
     if preflight.machine().cuda_available:
         pytest.skip("this machine has CUDA: the refusal is covered by the fact-driven checks above")
-    from tests.test_smoke_dag import ran_stages, scratch_repo
+    from tests.support.repos import ran_stages, scratch_repo
 
     work, run = scratch_repo(tmp_path, "full")
     r = run("dvc", "repro")

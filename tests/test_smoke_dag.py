@@ -4,11 +4,8 @@ GRPO and plots re-run), `dvc plots diff` against the baseline, `dvc exp run -S` 
 and plots re-run), the results a fresh clone shows without running anything, the cache links (one copy of each
 model), the grader audit in every GRPO and EI log, and seed replicates of two GRPO runs added by `-S replicates...`."""
 
-import hashlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,67 +14,7 @@ import pytest
 
 from a5core.history import read_log
 from a5core.runinfo import read_run_record
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def repo_env(work: Path) -> dict[str, str]:
-    """The environment a scratch repo's commands run in: this venv's tools, the repo's own a5core, a git identity."""
-    return {
-        # bytecode on, as on a user's machine: __pycache__ in a folder dependency must not change its hash
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(work),
-        "GIT_AUTHOR_NAME": "a5",
-        "GIT_AUTHOR_EMAIL": "a5@localhost",
-        "GIT_COMMITTER_NAME": "a5",
-        "GIT_COMMITTER_EMAIL": "a5@localhost",
-    }
-
-
-def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
-    """A copy of the working tree (tracked and untracked files) as a fresh git repo with `profile` selected."""
-    work = tmp_path / "repo"
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for f in files:
-        if (ROOT / f).is_file():
-            (work / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, work / f)
-    env = repo_env(work)
-
-    def run(*cmd):
-        return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-
-    assert run(sys.executable, "-m", "tools.profile", profile).returncode == 0
-    assert run("git", "init", "-q").returncode == 0
-    assert run("git", "add", "-A").returncode == 0 and run("git", "commit", "-qm", "smoke").returncode == 0
-    return work, run
-
-
-VOLATILE = ("run_record.json", "timing_")  # a5core/runinfo.py, history.py: the only files allowed to differ
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """{relative path: sha256} of every file under `root` but the volatile records (and bytecode)."""
-    return {
-        str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
-        for f in sorted(root.rglob("*"))
-        if f.is_file() and not f.name.startswith(VOLATILE) and "__pycache__" not in f.parts
-    }
-
-
-def ran_stages(r) -> set[str]:
-    return {line.split("'")[1] for line in r.stdout.splitlines() if line.startswith("Running stage")}
-
-
-def ok(r) -> None:
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+from tests.support.repos import ok, ran_stages, scratch_repo, tree_digest
 
 
 def disk_usage(*paths: Path) -> int:

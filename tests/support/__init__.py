@@ -1,0 +1,1 @@
+"""Shared test helpers (tests/support/repos.py); no test module imports another."""
