@@ -38,7 +38,7 @@ def test_full_mini_dag_runs_the_full_code_path_on_the_real_engine(tmp_path):
         assert list((work / "results" / "grpo" / run_name / "live" / "tensorboard").glob("events.out.tfevents.*"))
     summary = (work / "reports" / "summary.md").read_text()
     assert "trained and validated with the question_only prompt" in summary
-    assert (work / "reports" / "figures" / "grpo_learning_rate.png").exists() is False  # one lr run here
+    assert (work / "reports" / "figures" / "grpo_lr.png").exists() is False  # one lr run here
     assert (work / "reports" / "figures" / "grpo_loss_type.png").exists()
     saved = work / "models" / "grpo_lr_1e-5"
     assert json.loads((saved / "generation_config.json").read_text())["stop_strings"] == ["</answer>"]

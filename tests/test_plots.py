@@ -84,7 +84,7 @@ def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
         tmp_path / "results",
         tmp_path / "figures",
         {"sft": ["8"], "ei": ["G2"]},
-        {"r": {}, "lr": {"learning_rate": 1e-3}, "clip": {"loss_type": "grpo_clip"}},
+        {"r": {}, "lr": {"lr": 1e-3}, "clip": {"loss_type": "grpo_clip"}},
         EI_LAST.format(root=tmp_path),
     )
     assert [(r.method, r.run, r.metrics["eval/accuracy"]) for r in results] == [
@@ -96,14 +96,7 @@ def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
         ("GRPO", "clip", 0.4),
     ]
     figures = {f.name for f in (tmp_path / "figures").iterdir()}
-    assert figures == {
-        "baseline_categories.png",
-        "sft.png",
-        "ei.png",
-        "grpo.png",
-        "grpo_learning_rate.png",
-        "grpo_loss_type.png",
-    }
+    assert figures == {"baseline_categories.png", "sft.png", "ei.png", "grpo.png", "grpo_lr.png", "grpo_loss_type.png"}
     assert (tmp_path / "sft_by_size.csv").read_text().splitlines()[1] == "8,8,0.25,0.1,0.6"
     md = summary_markdown(results, "figures")
     assert (
@@ -121,13 +114,8 @@ def test_summary_has_one_row_per_configured_run_with_intervals(tmp_path):
 
 
 def test_ablation_groups_come_from_the_overrides():
-    runs = {
-        "base": {},
-        "lr_a": {"learning_rate": 1},
-        "lr_b": {"learning_rate": 2},
-        "clip": {"loss_type": "x", "epochs": 2},
-    }
-    assert ablation_groups(runs) == {"learning_rate": ["base", "lr_a", "lr_b"], "epochs+loss_type": ["base", "clip"]}
+    runs = {"base": {}, "lr_a": {"lr": 1}, "lr_b": {"lr": 2}, "clip": {"loss_type": "x", "epochs": 2}}
+    assert ablation_groups(runs) == {"lr": ["base", "lr_a", "lr_b"], "epochs+loss_type": ["base", "clip"]}
 
 
 def test_a_configured_run_without_results_is_an_error(tmp_path):
@@ -176,7 +164,7 @@ def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, 
     )
     figures = {}
     monkeypatch.setattr(plots, "_save", lambda fig, out, name: figures.setdefault(name, fig) and name)
-    runs = {"r": {}, "lr": {"learning_rate": 1e-3}}
+    runs = {"r": {}, "lr": {"lr": 1e-3}}
     plots.grpo_figures(tmp_path / "results", tmp_path / "figures", runs, {"r": (1,)})
     accuracy = figures["grpo.png"].axes[0]  # validation accuracy by optimizer step
     lines = {line.get_label(): line for line in accuracy.get_lines()}
@@ -261,9 +249,7 @@ def test_one_style_per_run_in_every_panel_and_figure(tmp_path, monkeypatch):
     for name in names:
         _grpo_run(tmp_path / "results", name)
     _results(tmp_path / "results")
-    overrides = {
-        name: ({"loss_type": name} if i % 2 else {"learning_rate": i}) if i else {} for i, name in enumerate(names)
-    }
+    overrides = {name: ({"loss_type": name} if i % 2 else {"lr": i}) if i else {} for i, name in enumerate(names)}
     make_plots(
         tmp_path / "results",
         tmp_path / "figures",
@@ -271,10 +257,10 @@ def test_one_style_per_run_in_every_panel_and_figure(tmp_path, monkeypatch):
         overrides,
         EI_LAST.format(root=tmp_path),
     )
-    assert {"grpo.png", "grpo_loss_type.png", "grpo_learning_rate.png"} <= set(figures)
+    assert {"grpo.png", "grpo_loss_type.png", "grpo_lr.png"} <= set(figures)
     every = _run_lines(figures["grpo.png"])
     assert set(every) == set(names) and len(set(every.values())) == 13  # 13 runs, 13 styles
-    for name in ("grpo_loss_type.png", "grpo_learning_rate.png"):
+    for name in ("grpo_loss_type.png", "grpo_lr.png"):
         ablation = _run_lines(figures[name])
         assert ablation == {k: every[k] for k in ablation} and "run0" in ablation  # the same style as in grpo.png
     legend = [t.get_text() for t in figures["grpo.png"].legends[0].get_texts()]
