@@ -133,3 +133,14 @@ def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
     assert outputs["models/ei_G4_seed2/round_3"] == "ei_replicate_3@G4-2"
     params["replicates"] = {"seeds": [], "sft_runs": [], "grpo_runs": []}
     assert not any("replicate" in name for name, _, _ in dag_stages(params, root))
+
+
+def test_the_hierarchical_test_pairs_the_runs_question_by_question():
+    """Two runs that agree on 190 of 200 questions (half easy, half hard) and differ on 10 hard ones: paired by
+    question, the +0.05 is resolved; were the questions drawn apart for each run, the easy/hard split would swamp
+    it (each mean's question SD is 0.035)."""
+    many = [f"q{i}" for i in range(200)]
+    reference = {q: float(i < 100) for i, q in enumerate(many)}
+    run = {q: float(i < 110) for i, q in enumerate(many)}
+    delta, lo, hi, p = hierarchical_test([run], [reference])
+    assert delta == pytest.approx(0.05) and 0.0 < lo and hi < 0.09 and p < 0.01
