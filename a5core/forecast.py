@@ -32,8 +32,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from a5core.artifacts import write_json
 from a5core.config import read_params
 from a5core.runinfo import RECORD_FILE, machine, machine_kind, read_run_record
@@ -86,6 +84,15 @@ def family(stage: str) -> tuple[str, str]:
     if name.startswith(("ei_round_", "ei_replicate_")):
         return "ei_round", run
     return name.removesuffix("_replicate"), run
+
+
+def read_lock(path: str | Path = "dvc.lock") -> dict:
+    """dvc.lock as DVC reads it ({} when there is none): YAML 1.2 through ruamel, so a value DVC wrote as `off` stays
+    the string params.yaml has (PyYAML's YAML 1.1 reads it as False, and every stage would look changed)."""
+    from ruamel.yaml import YAML
+
+    path = Path(path)
+    return (YAML(typ="safe", pure=True).load(path.read_text()) or {}) if path.is_file() else {}
 
 
 COLLECTED = Path("reports/run_records.json")  # the plots stage's copy of the DAG's records, committed
@@ -231,7 +238,7 @@ def pipeline_line(stage: str, started: float | None) -> str:
         order = [s.addressing for s in repo.index.stages]
         by_name = {s.addressing: s for s in repo.index.stages}
         downstream = {s.addressing for s in nx.ancestors(repo.index.graph, by_name[stage])}
-    lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
+    lock = read_lock()
     params = read_params("params.yaml")
     k = order.index(stage) + 1
     rest = [s for s in order[k:] if s in downstream or _changed(s, params, lock)]
@@ -275,7 +282,7 @@ def main() -> None:
 
     with Repo() as repo:
         stages = [s.addressing for s in repo.index.stages]
-    lock = yaml.safe_load(Path("dvc.lock").read_text()) if Path("dvc.lock").exists() else {}
+    lock = read_lock()
     params, here = read_params(args.params), machine_kind(machine())
     rows = forecast(stages, params, lock, records(Path(args.records)), here)
     width = max(len(r["stage"]) for r in rows) + 1  # replicate stages' names run long

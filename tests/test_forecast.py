@@ -90,3 +90,20 @@ def test_the_summary_line_puts_the_forecast_beside_the_run_records():
     line = forecast_vs_actual(saved, [took[0], {"stage": "b", "duration_s": 450.0, **before}])
     assert "10.0 min for 1 stages; their last runs took 15.0 min (1.50 x the forecast)" in line
     assert forecast_vs_actual(saved, []) == ""
+
+
+def test_dvc_lock_is_read_as_dvc_writes_it(tmp_path):
+    """DVC writes dvc.lock in YAML 1.2, where `off` is a string: read as YAML 1.1 it is False, and the pipeline
+    line would count every stage that lists `model.autocast: 'off'` as changed."""
+    from a5core.forecast import _changed, read_lock
+
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(
+        "stages:\n  s:\n    params:\n      params.yaml:\n        model.autocast: off\n        grpo.lr: 1e-05\n"
+    )
+    assert read_lock(lock)["stages"]["s"]["params"]["params.yaml"]["model.autocast"] == "off"
+    params = {"model": {"autocast": "off"}, "grpo": {"lr": 1e-5}}
+    assert not _changed("s", params, read_lock(lock)) and _changed(
+        "s", {**params, "grpo": {"lr": 3e-6}}, read_lock(lock)
+    )
+    assert read_lock(tmp_path / "none.lock") == {}

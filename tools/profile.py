@@ -71,14 +71,13 @@ def compose(profile: str, overrides: list[str], out: str | Path) -> None:
 
 
 def locked_params(lock: str | Path) -> dict:
-    """The params `check_params` last passed, as dvc.lock records them (the whole params.yaml; DVC writes YAML 1.2,
-    where `off` is a string, so ruamel reads it, as DVC does)."""
-    from ruamel.yaml import YAML
+    """The params `check_params` last passed, as dvc.lock records them (the whole params.yaml)."""
+    from a5core.forecast import read_lock
 
     lock = Path(lock)
     if not lock.is_file():
         raise ProfileError(f"{lock}: no such file: nothing has run here yet, so there is nothing to restore")
-    entry = ((YAML(typ="safe", pure=True).load(lock.read_text()) or {}).get("stages") or {}).get("check_params") or {}
+    entry = (read_lock(lock).get("stages") or {}).get("check_params") or {}
     params = (entry.get("params") or {}).get("params.yaml")
     if not params:
         raise ProfileError(f"{lock}: no check_params entry with params.yaml's values: run `dvc repro check_params`")
