@@ -1,45 +1,17 @@
 """a5core: the library behind the a5 pipeline (CS336 A5: SFT, Expert Iteration, GRPO on math).
 
-The handout's functions are importable from the top level (`from a5core import masked_normalize`), but
-imported lazily: a stage that imports `a5core.stage` loads only what it uses, so its DVC deps (checked by
-tests/test_dvc_deps.py) list only those modules and editing, say, the DPO loss reruns nothing.
+Packages, lowest first; each imports only from those above it in this list (tests/test_layers.py):
+- base/        typed sections and errors, seeds, artifact I/O, the records between stages, statistics, run records
+- grader/      the verified math reward (extract, normalize, parse, compare), in a pool of worker processes
+- config/      the params sections every package shares (model, data, generation, eval, logging) and the prompts
+- data/        MATH / GSM8K / SFT-trace readers, synthetic problems, the prepare_math split, SFT-trace filtering
+- model/       the policy model: loading, tokenization, log-probs, LoRA, precision, micro-batching, optimizer,
+               data-parallel processes (the `model` section's settings)
+- generation/  the rollout engines (hf, vLLM) behind one interface
+- run/         what a run uses: evaluation, checkpoints, history, stage reports, plans, pre-flight
+- rl/          the methods: losses, advantages, RL options, SFT, Expert Iteration, GRPO, DPO
+- report/      seed replicates, the summary, figures and the tables `dvc plots` draws
+- checks/      the params checker (the check_params stage), what values point at, the time forecast
+- stage/       what stage scripts call: arguments and checks, the training-stage prologue, the launcher
+`a5core.handout` gives the handout's functions under the adapters' names.
 """
-
-from __future__ import annotations
-
-import importlib
-
-_EXPORTS = {
-    "a5core.advantages": ["compute_group_normalized_rewards", "group_normalize"],
-    "a5core.dpo": ["compute_per_instance_dpo_loss"],
-    "a5core.grader": [
-        "grade",
-        "grade_batch",
-        "question_only_reward_fn",
-        "r1_zero_reward_fn",
-        "r1_zero_strict_reward_fn",
-    ],
-    "a5core.logprobs": ["compute_entropy", "get_response_log_probs"],
-    "a5core.losses": [
-        "compute_grpo_clip_loss",
-        "compute_naive_policy_gradient_loss",
-        "compute_policy_gradient_loss",
-        "grpo_microbatch_train_step",
-        "masked_mean",
-        "masked_normalize",
-        "sft_microbatch_train_step",
-    ],
-    "a5core.tokenization": ["tokenize_prompt_and_output"],
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'a5core' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)

@@ -29,13 +29,13 @@ def measure(backend_name: str, model: str, prompts: int, n: int, rounds: int, ma
     """Run in a fresh process: the figures for one backend."""
     import torch
 
-    from a5core.config import GenerationConfig, SamplingConfig
+    from a5core.base.records import GradedSample
+    from a5core.config.prompts import build_prompt
+    from a5core.config.sections import GenerationConfig, SamplingConfig
     from a5core.generation import make_backend
-    from a5core.grpo import GRPOConfig, old_log_probs_for, optimizer_step, rollout_batch
-    from a5core.model_io import load_policy
-    from a5core.optim import make_optimizer
-    from a5core.prompts import build_prompt
-    from a5core.records import GradedSample
+    from a5core.model.loading import load_policy
+    from a5core.model.optim import make_optimizer
+    from a5core.rl.grpo import GRPOConfig, old_log_probs_for, optimizer_step, rollout_batch
 
     torch.manual_seed(0)
     t0 = time.monotonic()

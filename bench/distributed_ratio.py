@@ -2,9 +2,10 @@
 
     python -m bench.distributed_ratio --model models/base --out reports/distributed_ratio.json
 
-Work per GRPO step, as a5core.grpo does it: generate and grade `--questions` x `--group` rollouts of up to
+Work per GRPO step, as a5core.rl.grpo does it: generate and grade `--questions` x `--group` rollouts of up to
 `--max-tokens` tokens with the hf backend (each rank its block of questions), then one optimizer step over them
-(the handout's micro-batch of `--micro` rollouts, dealt out over ranks, gradients all-reduced once: a5core.distributed).
+(the handout's micro-batch of `--micro` rollouts, dealt out over ranks, gradients all-reduced once:
+a5core.model.distributed).
 Each layout runs in its own process group: `1 x C threads` and `N x C/N threads` on a C-core machine. Reported per
 layout: the median over --steps steps (after one warm-up) of the rollout, update and whole-step seconds, the
 communication seconds inside the update (the gradient all-reduce and the metric sums, timed on rank 0), and the
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from a5core import distributed
+from a5core.model import distributed
 
 
 def _timed(fn, sink: list[float]):
@@ -39,21 +40,22 @@ def _timed(fn, sink: list[float]):
 
 def worker(args) -> dict:
     """One layout (this process group): time --steps GRPO steps; rank 0 returns the medians."""
-    from a5core import autocast, compute, grpo_update
-    from a5core.config import SamplingConfig
+    from a5core.config.sections import SamplingConfig
     from a5core.data.synthetic import generate
-    from a5core.distributed import DistributedConfig
-    from a5core.evaluation import generate_and_grade
     from a5core.generation.hf import HFBackend
     from a5core.grader.pool import GraderPool
-    from a5core.grpo import GRPOConfig
-    from a5core.model_io import load_policy
+    from a5core.model import autocast, microbatch
+    from a5core.model.distributed import DistributedConfig
+    from a5core.model.loading import load_policy
+    from a5core.rl import grpo_update
+    from a5core.rl.grpo import GRPOConfig
+    from a5core.run.evaluation import generate_and_grade
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world))
     torch.set_num_threads(max(1, args.cores // world))
     autocast.configure("off", quiet=True)
-    compute.reset()
+    microbatch.reset()
     comm: list[float] = []
     distributed.reduce_gradients = _timed(distributed.reduce_gradients, comm)  # what grpo_update calls, by module
     distributed.all_sum = _timed(distributed.all_sum, comm)
@@ -92,8 +94,8 @@ def run_layout(args, nproc: int) -> dict:
     script = [__file__, "--worker", "--model", args.model, "--cores", str(args.cores), "--questions",
               str(args.questions), "--group", str(args.group), "--max-tokens", str(args.max_tokens), "--micro",
               str(args.micro), "--steps", str(args.steps), "--result", str(out)]  # fmt: skip
-    from a5core.distributed import DistributedConfig
-    from a5core.launch import command
+    from a5core.model.distributed import DistributedConfig
+    from a5core.stage.launch import command
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     subprocess.run(command(DistributedConfig(nproc=nproc), script), check=True, env=env)

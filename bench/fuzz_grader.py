@@ -23,8 +23,8 @@ from pathlib import Path
 
 from a5core.grader import GraderPool
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.hostile_inputs
-from tests.hostile_inputs import MACROS  # noqa: E402 -- importable once the root is on the path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.hostile_inputs import MACROS  # noqa: E402 -- importable once the root is on the path
 
 logger = logging.getLogger("fuzz_grader")
 

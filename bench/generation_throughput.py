@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from a5core.config import SamplingConfig
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import SamplingConfig
 from a5core.data.synthetic import generate
 from a5core.generation import HFBackend
-from a5core.model_io import load_policy
-from a5core.prompts import build_prompt
+from a5core.model.loading import load_policy
 
 
 def plain_generate(model, tok, prompts, sampling) -> int:

@@ -4,9 +4,9 @@
 
 Qwen2.5-Math-1.5B's architecture with random weights in bf16 (bench/gpu_check.py's model, rollouts and timers):
 - budget: one GRPO optimizer step over the full profile's rollout batch (256 rollouts = 32 questions x 8, responses
-  of 16-1,024 tokens drawn with a fixed seed) under each compute setting of `model` (a5core/compute.py): the
+  of 16-1,024 tokens drawn with a fixed seed) under each compute setting of `model` (a5core/model/microbatch.py): the
   handout's split (train_batch_size / gradient_accumulation_steps = 2 rollouts per micro-batch, logits whole),
-  `micro_batch_tokens: auto` (the budget a5core.plan picks for this card, logits in chunks of 1,024, as the full
+  `micro_batch_tokens: auto` (the budget a5core.run.plan picks for this card, logits in chunks of 1,024, as the full
   profile sets), auto with `pack_sequences`, auto with `gradient_checkpointing` (its own, larger budget), and auto
   with `group_prompts` (one question's 8 samples per micro-batch, their whole prompt computed once). Each:
   an untimed pass (new shapes cost warm-up; its peak allocated and reserved GB), a timed pass, the plan's GB for the
@@ -14,8 +14,8 @@ Qwen2.5-Math-1.5B's architecture with random weights in bf16 (bench/gpu_check.py
   tests/test_compute.py's, in float32), and the GPU's busy share (kernel time under torch's profiler over the
   step's wall time) of a step over the first 32 rollouts.
 - distributed: a process group of one on `cpu:gloo,cuda:nccl`. An NCCL all-reduce of a step's gradients through
-  a5core.distributed's bucket function (one rank: a sum that changes nothing). Then the fsdp2 path on a mesh of one
-  (`distributed.shard`: `fully_shard` per decoder layer and the root): one optimizer step at the auto budget with
+  a5core.model.distributed's bucket function (one rank: a sum that changes nothing). Then the fsdp2 path on a mesh of
+  one (`distributed.shard`: `fully_shard` per decoder layer and the root): one optimizer step at the auto budget with
   the chunked LM head (inside the root unit's hooks, `distributed.as_forward`), its
   peak GB against the plan's items for fsdp2 (weights, gradients and AdamW state not divided on one rank, plus the
   gathered layers, the gathered root and the whole-weights copy the hf backend uses), `full_weights` against the
@@ -40,9 +40,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from a5core import compute, distributed, grpo, plan  # noqa: E402
-from a5core.config import GenerationConfig, ModelConfig, from_dict, load_yaml  # noqa: E402
-from a5core.optim import make_optimizer  # noqa: E402
+from a5core.config.sections import GenerationConfig, ModelConfig, from_dict, load_yaml  # noqa: E402
+from a5core.model import distributed, microbatch  # noqa: E402
+from a5core.model.optim import make_optimizer  # noqa: E402
+from a5core.rl import grpo
+from a5core.run import plan
 from bench.gpu_check import GB, SOURCE, build_model, peak, prompts, rollouts, timed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,13 +101,13 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
     out: dict = {"budget_rollouts": len(batch), "budget_tokens": sum(lengths)}
     idx = list(range(len(batch)))
     for name, (cfg, tokens) in settings(params, arch, card_gb).items():
-        cut = compute.configure(
+        cut = microbatch.configure(
             tokens or "auto", cfg.logits_chunk, cfg.gradient_checkpointing, cfg.pack_sequences, cfg.group_prompts
         )
-        compute.prepare(model)
+        microbatch.prepare(model)
         step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device)
         row: dict = {"micro_batch_tokens": cut.micro_batch_tokens, "logits_chunk": cut.logits_chunk}
-        row["micro_batches"] = len(compute.micro_batches(lengths, gcfg.micro_batch_size, batch.prompt_ids))
+        row["micro_batches"] = len(microbatch.micro_batches(lengths, gcfg.micro_batch_size, batch.prompt_ids))
         planned = tokens or gcfg.micro_batch_size * max(lengths)
         row["plan_gb"] = planned_gb(params, arch, cfg, planned, card_gb)
         try:
@@ -124,8 +126,8 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
         out[f"budget_{name}"] = row
         print(f"budget {name}: {json.dumps(row)}", flush=True)
         save(out)
-    compute.reset()
-    compute.prepare(model)
+    microbatch.reset()
+    microbatch.prepare(model)
     return out
 
 
@@ -157,7 +159,7 @@ def distributed_part(arch: dict, gcfg, batch, params: dict, card_gb: float, devi
         save(out)
     finally:
         distributed.reset()  # leaves the group; one process again
-        compute.reset()
+        microbatch.reset()
     return out
 
 
@@ -178,7 +180,7 @@ def _fsdp2_check(arch: dict, gcfg, batch, params: dict, card_gb: float, device) 
     """One optimizer step on the fsdp2 path at the auto budget: peak GB against the plan's fsdp2 items, the whole
     weights against the shards, and the whole state dicts."""
     model_cfg, tokens = settings(params, plan.Arch.of(arch), card_gb)["auto"]
-    compute.configure(tokens or "auto", model_cfg.logits_chunk, False, False)
+    microbatch.configure(tokens or "auto", model_cfg.logits_chunk, False, False)
     distributed._world = _OneRankShards(strategy="fsdp2")
     model = distributed.shard(build_model(arch, device))
     opt = make_optimizer(model, 1e-9, betas=tuple(gcfg.betas))

@@ -5,7 +5,7 @@
 Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `grpo.old_log_probs_for`,
 `HFBackend.generate`) with the full profile's settings (conf/profile/full.yaml), one part after another:
 - memory: peak GPU memory of one AdamW step at GRPO's worst-case micro-batch (2 x (300 + 1024) tokens) and SFT's
-  (2 x (300 + 1500)), next to what `a5core.plan` predicts for the policy's device;
+  (2 x (300 + 1500)), next to what `a5core.run.plan` predicts for the policy's device;
 - profile: a GRPO step over 8 rollouts under torch's profiler: the GPU's busy time (kernels only), the busiest
   kernels and the operators with the most CPU time;
 - steps: one GRPO optimizer step (256 rollouts = 32 questions x 8, micro-batch 2, on-policy; responses of 16-1024
@@ -17,7 +17,7 @@ The JSON is rewritten after every part.
 Random weights: time and memory depend on shapes, not values. The tokenizer only turns r1_zero prompts into ids; the
 model keeps Qwen's 151,936-token vocabulary. Outside the sweep, each timing is one measurement after the earlier
 parts have warmed up. The settings are conf/profile/full.yaml's and the architecture is Qwen2.5-Math-1.5B's, not
-your params.yaml's: for your own overrides, read the plan (`python -m a5core.plan`).
+your params.yaml's: for your own overrides, read the plan (`python -m a5core.run.plan`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from a5core import grpo, grpo_update, plan, sft  # noqa: E402
-from a5core.config import SamplingConfig, from_dict, load_yaml  # noqa: E402
+from a5core.base.records import RolloutBatch  # noqa: E402
+from a5core.config.prompts import R1_ZERO  # noqa: E402
+from a5core.config.sections import SamplingConfig, from_dict, load_yaml  # noqa: E402
 from a5core.generation.hf import HFBackend  # noqa: E402
-from a5core.logprobs import get_response_log_probs  # noqa: E402
-from a5core.model_io import attn_implementation  # noqa: E402
-from a5core.optim import make_optimizer, make_schedule  # noqa: E402
-from a5core.prompts import R1_ZERO  # noqa: E402
-from a5core.records import RolloutBatch  # noqa: E402
-from a5core.tokenization import tokenize_ids  # noqa: E402
+from a5core.model.loading import attn_implementation  # noqa: E402
+from a5core.model.logprobs import get_response_log_probs  # noqa: E402
+from a5core.model.optim import make_optimizer, make_schedule  # noqa: E402
+from a5core.model.tokenization import tokenize_ids  # noqa: E402
+from a5core.rl import grpo, grpo_update, sft  # noqa: E402
+from a5core.run import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "hf:Qwen/Qwen2.5-Math-1.5B"

@@ -2,12 +2,12 @@
 
     python -m bench.hostile_sweep [--out reports/hostile_sweep.json]
 
-In a smoke-profile copy of the repo: every data case of tests/hostile_inputs.py as `data.source` / `data.sft_source`
-of the real `prepare_math` command, every prepared-Parquet case as the input of the real command of each stage that
-reads it, and a grid of bad params values (every leaf of every section set to null, a list and a wrong string; every
-section missing; structural damage; run names that climb out; nonexistent init_policy; callables that are no reward
-function) through `check_params`, the call every stage makes first (a ConfigError there is the stage's clean refusal;
-any other exception would be its traceback). Counts: refused in one line, tracebacks, accepted.
+In a smoke-profile copy of the repo: every data case of tests/support/hostile_inputs.py as `data.source` /
+`data.sft_source` of the real `prepare_math` command, every prepared-Parquet case as the input of the real command of
+each stage that reads it, and a grid of bad params values (every leaf of every section set to null, a list and a wrong
+string; every section missing; structural damage; run names that climb out; nonexistent init_policy; callables that
+are no reward function) through `check_params`, the call every stage makes first (a ConfigError there is the stage's
+clean refusal; any other exception would be its traceback). Counts: refused in one line, tracebacks, accepted.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from a5core.config import ConfigError, check_params, read_params
-from tests.hostile_inputs import GOOD_PROBLEM, GOOD_SFT, PARQUET_SOURCES, PREPARED, PROBLEM_FILES, SFT_FILES
-from tests.test_errors import command, replaced, workspace
+from a5core.checks.params import check_params
+from a5core.config.sections import ConfigError, read_params
+from tests.support.hostile_inputs import GOOD_PROBLEM, GOOD_SFT, PARQUET_SOURCES, PREPARED, PROBLEM_FILES, SFT_FILES
+from tests.support.workspace import command, replaced, workspace
 
 LEGAL = {"model.gguf_file"}  # read for pypi: sources only; the smoke profile's model is random:tiny
 

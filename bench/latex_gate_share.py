@@ -8,7 +8,7 @@
   `latex` (only latex2sympy, behind the gate, reads it) or `unread` (neither: compared by text only). An answer
   needs the gate when one of its parts is `latex`. Sources: every `--jsonl` file (`answer`, or GSM8K's text after
   `####`) and the DAG's prepared parquet files (the synthetic set).
-- Decisions: every pair of the grader's case tables (tests/test_grader.py) is graded with the gate on and off
+- Decisions: every pair of the grader's case tables (tests/support/grader_cases.py) is graded with the gate on and off
   (`parse_latex` replaced by a refusal); the pairs whose verdict flips are listed.
 """
 
@@ -107,10 +107,9 @@ def _refuse(_s: str):
 
 def flipped_pairs() -> dict:
     """Case-table pairs whose verdict changes when the gate is off."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_grader as t
+    from tests.support import grader_cases
 
-    pairs = [(row[0], row[1]) for name in TABLES for row in getattr(t, name)]
+    pairs = [(row[0], row[1]) for name in TABLES for row in getattr(grader_cases, name)]
     on = [_verdict(a, g) for a, g in pairs]
     real, eq.parse_latex = eq.parse_latex, _refuse
     eq.to_expr.cache_clear()

@@ -8,7 +8,7 @@ batch of other traces, from the same start, by each precision:
 - float32 + bf16 autocast: float32 master weights and moments, bf16 matmuls (`model.dtype: float32` on GPU);
 - bf16 nearest: bf16 weights and moments, torch AdamW (`model.weight_update: nearest`);
 - bf16 stochastic_round: torchao's AdamW with bf16 stochastic rounding (`stochastic_round`);
-- bf16 kahan: a5core.optim.KahanAdamW (`kahan`).
+- bf16 kahan: a5core.model.optim.KahanAdamW (`kahan`).
 Reported per precision: the share of weights a step changes (all, and the RMSNorm weights alone), the loss on the
 batch after the steps (a float32 forward of the final weights, so it compares weights, not forward precision), and
 the update's error against float32's, |dw - dw_fp32| / |dw_fp32| (dw: final minus start weights, all parameters).
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from a5core.optim import make_optimizer  # noqa: E402
+from a5core.model.optim import make_optimizer  # noqa: E402
 
 BETAS = (0.9, 0.95)  # the handout's GRPO betas
 METHODS = {  # name: (weight dtype, bf16 autocast, model.weight_update)
@@ -43,7 +43,7 @@ def build(seed: int = 0):
     """(random Qwen2-shaped model in float32, tokenizer): 4 layers, hidden 256, GQA 4/2 heads, SwiGLU 768."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from a5core.model_io import build_tiny_model
+    from a5core.model.loading import build_tiny_model
 
     _, tokenizer = build_tiny_model(seed)
     torch.manual_seed(seed)
@@ -63,8 +63,8 @@ def build(seed: int = 0):
 
 def batches(tokenizer, n: int, size: int, seq: int, seed: int) -> list[torch.Tensor]:
     """`n` batches of `size` synthetic r1_zero traces, truncated/padded (with EOS) to `seq` tokens."""
+    from a5core.config.prompts import R1_ZERO
     from a5core.data.synthetic import generate
-    from a5core.prompts import R1_ZERO
 
     rows = generate(10, 10, n * size, 0.3, seed)["sft"][: n * size]
     texts = [R1_ZERO.format(question=r["problem"]) + r["response"] for r in rows]

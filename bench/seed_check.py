@@ -1,4 +1,4 @@
-"""What changing the seed derivation (a5core/seeds.py, issue #25) did to the default DAG's SFT result.
+"""What changing the seed derivation (a5core/base/seeds.py, issue #25) did to the default DAG's SFT result.
 
     python -m bench.seed_check validate --model models/sft_filtered --model OTHER_FOLDER --seeds 4
     python -m bench.seed_check old-order -- <stages/sft.py arguments, outputs outside the workspace>
@@ -20,15 +20,15 @@ import time
 def validate(models: list[str], seeds: int) -> dict:
     import torch
 
-    from a5core import stage
-    from a5core.config import EvalConfig, load_section
-    from a5core.evaluation import evaluate_policy
+    from a5core.config.sections import EvalConfig, load_section
     from a5core.generation.hf import HFBackend
     from a5core.grader.pool import GraderPool
-    from a5core.model_io import load_policy
+    from a5core.model.loading import load_policy
+    from a5core.run.evaluation import evaluate_policy
+    from a5core.stage import entry
 
     cfg = load_section(EvalConfig, "validation", "params.yaml")
-    rows = stage.rows("data/prepared/validation.parquet", ["unique_id", "problem", "answer"])
+    rows = entry.rows("data/prepared/validation.parquet", ["unique_id", "problem", "answer"])
     out: dict = {}
     with GraderPool(cfg.reward_fn, 1, cfg.grader_timeout_s) as pool:
         for path in models:
@@ -43,7 +43,7 @@ def validate(models: list[str], seeds: int) -> dict:
 
 
 def old_order(stage_args: list[str]) -> None:
-    import a5core.sft as sft_mod
+    import a5core.rl.sft as sft_mod
 
     sft_mod.derive_seed = lambda seed, name, epoch: seed + epoch  # the order formula before derive_seed
     sys.argv = ["stages/sft.py", *stage_args]

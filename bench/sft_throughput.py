@@ -1,7 +1,7 @@
 """SFT training throughput on the embedded model, related to this CPU's measured matmul rate (MFU).
 
 Measures, in one process: (1) the fp32 (and bf16) matmul rate of a square GEMM, (2) tokens/s of
-`a5core.sft.sft_step` + optimizer step on r1_zero-formatted synthetic traces. MFU counts 6 * params FLOPs
+`a5core.rl.sft.sft_step` + optimizer step on r1_zero-formatted synthetic traces. MFU counts 6 * params FLOPs
 per *sequence* token (prompt + response, what a plain forward/backward would process) against the fp32
 GEMM rate; with the shared prompt prefix the loop does less work than that, which is why "effective" MFU
 can exceed what the raw kernels achieve.
@@ -15,12 +15,12 @@ import time
 
 import torch
 
-from a5core.config import DataConfig
+from a5core.config.sections import DataConfig
 from a5core.data.prepare import prepare
-from a5core.model_io import load_policy
-from a5core.optim import make_optimizer
-from a5core.sft import SFTConfig, encode_examples, sft_step
-from a5core.tokenization import pad_token_id
+from a5core.model.loading import load_policy
+from a5core.model.optim import make_optimizer
+from a5core.model.tokenization import pad_token_id
+from a5core.rl.sft import SFTConfig, encode_examples, sft_step
 
 
 def gemm_rate(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:

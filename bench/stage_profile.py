@@ -35,22 +35,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # (module, attribute, phase), wrapped as each module is first imported (PatchOnImport).
 TIMED = [
-    ("a5core.artifacts", "hash_path", "input hashing"),
-    ("a5core.model_io", "load_policy", "model load"),
-    ("a5core.evaluation", "evaluate_policy", "evaluation"),
+    ("a5core.base.artifacts", "hash_path", "input hashing"),
+    ("a5core.model.loading", "load_policy", "model load"),
+    ("a5core.run.evaluation", "evaluate_policy", "evaluation"),
     ("a5core.generation.hf", "HFBackend.generate", "generation"),
     ("a5core.generation.vllm", "VLLMBackend.generate", "generation"),  # imports vllm only when an engine starts
     ("a5core.generation.vllm", "VLLMBackend.__init__", "engine start"),
     ("a5core.generation.vllm", "VLLMBackend.sync_weights", "weight sync"),
     ("a5core.grader.pool", "GraderPool.map", "grading"),
-    ("a5core.sft", "optimizer_step", "training"),
-    ("a5core.grpo", "optimizer_step", "training"),
-    ("a5core.grpo", "old_log_probs_for", "training"),
-    ("a5core.pipeline", "Validator.__call__", "evaluation"),
-    ("a5core.pipeline", "save_policy", "saving"),
-    ("a5core.checkpoint", "Checkpointer.save", "checkpointing"),  # resume state in scratch/ (sft/grpo checkpoint_every)
-    ("a5core.checkpoint", "Checkpointer.save_training", "checkpointing"),
-    ("a5core.history", "RunHistory.log", "logging"),  # console, CSV, dvclive (and a tracker)
+    ("a5core.rl.sft", "optimizer_step", "training"),
+    ("a5core.rl.grpo", "optimizer_step", "training"),
+    ("a5core.rl.grpo", "old_log_probs_for", "training"),
+    ("a5core.stage.training", "Validator.__call__", "evaluation"),
+    ("a5core.stage.training", "save_policy", "saving"),
+    (
+        "a5core.run.checkpoint",
+        "Checkpointer.save",
+        "checkpointing",
+    ),  # resume state in scratch/ (sft/grpo checkpoint_every)
+    ("a5core.run.checkpoint", "Checkpointer.save_training", "checkpointing"),
+    ("a5core.run.history", "RunHistory.log", "logging"),  # console, CSV, dvclive (and a tracker)
 ]
 PHASES = ["process start", "imports"] + list(dict.fromkeys(phase for _, _, phase in TIMED))
 DVC = ["dvc: status", "dvc: hash outputs (md5)"]
@@ -171,7 +175,10 @@ def profile(repo, name: str) -> dict:
     repo.status(targets=[name])  # in this process, as `dvc repro` checks each stage (DVC already imported)
     status_s = time.perf_counter() - t
     cmd = shlex.split(stage.cmd) if isinstance(stage.cmd, str) else []
-    if cmd[1:3] == ["-m", "a5core.launch"]:  # a training stage: one process runs its script as is (a5core/launch.py)
+    if cmd[1:3] == [
+        "-m",
+        "a5core.stage.launch",
+    ]:  # a training stage: one process runs its script as is (a5core/stage/launch.py)
         cmd = [cmd[0], *cmd[3:]]
     if len(cmd) < 2 or cmd[0] not in ("python", "python3") or not cmd[1].endswith(".py") or stage.wdir != str(ROOT):
         raise SystemExit(f"{name}: can only profile `python <script>.py ...` run from the repository root")

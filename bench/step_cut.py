@@ -1,4 +1,5 @@
-"""Time and memory of one optimizer step for each way of cutting it (a5core/compute.py), as ratios to the handout's
+"""Time and memory of one optimizer step for each way of cutting it (a5core/model/microbatch.py), as ratios to the
+handout's
 padded split, measured in one run on this machine.
 
     python -m bench.step_cut --model models/base --lengths dag --out reports/step_cut_dag.json
@@ -31,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from a5core import compute
-from a5core.logprobs import MIN_SHARED_PREFIX
+from a5core.model import microbatch
+from a5core.model.logprobs import MIN_SHARED_PREFIX
 
 VARIANTS = {  # name: (GRPO micro-batch by count, SFT micro-batch, compute settings); budgets in longest rollouts
     "padded, handout micro-batch 2": (2, 2, {}),
@@ -61,7 +62,7 @@ class Size:
 
 def template_tokens(tokenizer) -> int:
     """Tokens every prompt starts with (the r1_zero template before the question): what any micro-batch shares."""
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     a, b = (tokenizer(build_prompt(q), add_special_tokens=False)["input_ids"] for q in ("1 + 1", "Find x."))
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -94,7 +95,7 @@ def ei_lengths(tokenizer) -> list[Size]:
 
     import pyarrow.parquet as pq
 
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     problems = {r["unique_id"]: r["problem"] for r in pq.read_table("data/prepared/train.parquet").to_pylist()}
     out, questions = [], {}
@@ -109,7 +110,7 @@ def ei_lengths(tokenizer) -> list[Size]:
 def positions(sizes: list[Size], template: int, packed: bool) -> int:
     """Positions one micro-batch's forward computes: packed, its real tokens; padded, rows x its longest, less the
     prefix the shared-prefix pass computes once (the whole prompt when every row has one question, else the template;
-    a5core/logprobs.py)."""
+    a5core/model/logprobs.py)."""
     lengths = [s.prompt + s.response - 1 for s in sizes]
     if packed:
         return sum(lengths)
@@ -120,13 +121,13 @@ def positions(sizes: list[Size], template: int, packed: bool) -> int:
 
 def work(sizes: list[Size], template: int, step: int, count: int, budget=None, packed=False, by_question=False):
     """Positions computed per real position when steps of `step` sequences are cut by `count` or `budget`
-    (compute.split): above 1 by the padding, below 1 by the prompt positions the shared-prefix pass skips."""
+    (microbatch.split): above 1 by the padding, below 1 by the prompt positions the shared-prefix pass skips."""
     cells = real = 0
     for s in range(0, len(sizes), step):
         chunk = sizes[s : s + step]
         lengths = [z.prompt + z.response - 1 for z in chunk]
         keys = [z.question for z in chunk] if by_question else None
-        for group in compute.split(lengths, count, budget, packed, keys):
+        for group in microbatch.split(lengths, count, budget, packed, keys):
             cells += positions([chunk[j] for j in group], template, packed)
         real += sum(lengths)
     return cells / real
@@ -171,11 +172,11 @@ def token_ids(sizes: list[Size], template: int, vocab: int) -> tuple[list[list[i
 
 def run_one(a: argparse.Namespace) -> dict:
     """One variant in this process: returns its timings, memory and final weights' checksum file."""
-    from a5core import autocast
-    from a5core.grpo import GRPOConfig, optimizer_step
-    from a5core.model_io import load_policy
-    from a5core.records import RolloutBatch
-    from a5core.sft import SFTConfig, sft_step
+    from a5core.base.records import RolloutBatch
+    from a5core.model import autocast
+    from a5core.model.loading import load_policy
+    from a5core.rl.grpo import GRPOConfig, optimizer_step
+    from a5core.rl.sft import SFTConfig, sft_step
 
     torch.manual_seed(0)
     autocast.configure(a.autocast, "cpu", quiet=True)
@@ -186,8 +187,10 @@ def run_one(a: argparse.Namespace) -> dict:
     cut = dict(cut)
     rows = cut.pop("budget_rows", 0)
     longest = max(z.prompt + z.response for z in sizes)
-    compute.configure(rows * longest if rows else "auto", **{"logits_chunk": 0, "gradient_checkpointing": False, **cut})
-    compute.prepare(model)
+    microbatch.configure(
+        rows * longest if rows else "auto", **{"logits_chunk": 0, "gradient_checkpointing": False, **cut}
+    )
+    microbatch.prepare(model)
     prompts, outputs = token_ids(sizes, template_tokens(tok), len(tok))
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -287,7 +290,7 @@ def _compare(a: argparse.Namespace, loop: str) -> dict:
 
 
 def _machine() -> dict:
-    from a5core.runinfo import cpu_flags
+    from a5core.base.run_record import cpu_flags
 
     flags = cpu_flags()
     return {"threads": torch.get_num_threads(), "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}

@@ -30,13 +30,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from a5core import autocast  # noqa: E402
-from a5core.config import GenerationConfig, SamplingConfig  # noqa: E402
+from a5core.config.prompts import build_prompt  # noqa: E402
+from a5core.config.sections import GenerationConfig, SamplingConfig  # noqa: E402
 from a5core.generation.hf import HFBackend  # noqa: E402
 from a5core.generation.vllm import VLLMBackend  # noqa: E402
-from a5core.model_io import load_policy  # noqa: E402
-from a5core.prompts import build_prompt  # noqa: E402
-from a5core.tokenization import encode_prompts  # noqa: E402
+from a5core.model import autocast  # noqa: E402
+from a5core.model.loading import load_policy  # noqa: E402
+from a5core.model.tokenization import encode_prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SLEEP = "unsupported on the CPU build (vLLM: 'Sleep mode is not supported on current platform'): not exercised"

@@ -37,20 +37,21 @@ def stop_at_answer_reward(response: str, ground_truth) -> dict:
 
 
 def questions(path: str, n: int) -> list[dict]:
-    from a5core.artifacts import read_parquet
+    from a5core.base.artifacts import read_parquet
 
     return read_parquet(path).to_pylist()[:n]
 
 
 def run_a5(args, out: Path) -> dict:
     """This project's loop (hf backend, the real grader pool); returns seconds per step."""
-    from a5core import autocast, prompts
-    from a5core.config import GenerationConfig
+    from a5core.config import prompts
+    from a5core.config.sections import GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
-    from a5core.grpo import GRPOConfig, train_grpo
-    from a5core.history import RunHistory
-    from a5core.model_io import load_policy
+    from a5core.model import autocast
+    from a5core.model.loading import load_policy
+    from a5core.rl.grpo import GRPOConfig, train_grpo
+    from a5core.run.history import RunHistory
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
     # float32 as TRL's side (bf16=False): the library default `auto` would run bf16 autocast on an AVX512-BF16 CPU
@@ -103,7 +104,7 @@ def run_trl(args, out: Path) -> dict:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     # The saved generation config stops at </answer> with `stop_strings`, which transformers' generate only accepts
     # together with a tokenizer; TRL calls generate without one, so its copy of the model has no stop string.
@@ -156,11 +157,11 @@ def run_trl(args, out: Path) -> dict:
 
 def validate(model: str, validation: str, samples: int) -> dict:
     """This project's evaluator on a trained policy: accuracy, its interval and per-question scores."""
-    from a5core.config import EvalConfig, GenerationConfig
-    from a5core.evaluation import evaluate_policy
+    from a5core.config.sections import EvalConfig, GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
-    from a5core.model_io import load_policy
+    from a5core.model.loading import load_policy
+    from a5core.run.evaluation import evaluate_policy
 
     policy, tok = load_policy(model, "cpu", "float32")
     cfg = EvalConfig(samples_per_example=samples, max_tokens=64, grader_workers=1)
@@ -209,7 +210,7 @@ def main() -> None:
         result = (run_a5 if args.side == "a5" else run_trl)(args, Path(args.work))
         print(json.dumps(result))
         return
-    from a5core.stats import paired_difference
+    from a5core.base.stats import paired_difference
 
     work = Path(tempfile.mkdtemp(prefix="vs_trl."))
     report = {"settings": {k: v for k, v in vars(args).items() if k not in ("side", "work")}}

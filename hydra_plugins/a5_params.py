@@ -4,7 +4,7 @@ DVC composes params.yaml with Hydra (`dvc exp run -S grpo.lr=3e-6`, `.dvc/config
 Hydra plugins (DVC's `hydra.plugins_path`, the repository root by default); `tools.profile` composes the same way.
 Hydra refuses such a key with a four-line struct error that names no alternative; this module checks every plain
 override (no `+`, `++` or `~`) before Hydra applies it and refuses an unknown key with
-`unknown param 'grpo.learnig_rate': did you mean grpo.lr? ...` instead (the suggestion: `a5core.typed.closest`).
+`unknown param 'grpo.learnig_rate': did you mean grpo.lr? ...` instead (the suggestion: `a5core.base.typed.closest`).
 Everything else is Hydra's own behaviour.
 """
 
@@ -14,7 +14,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig
 
-from a5core.typed import closest
+from a5core.base.typed import closest
 
 
 def missing_key(cfg: DictConfig, key: str) -> str | None:

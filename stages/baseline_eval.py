@@ -1,27 +1,28 @@
 """Stage baseline_eval: zero-shot evaluation of the fetched model on the validation set (`eval` section), and the
 base model's validation under the `validation` protocol, which SFT runs start their curves and paired changes from."""
 
-from a5core import autocast, stage
-from a5core.artifacts import provenance, write_json, write_parquet, write_text
-from a5core.config import EvalConfig, GenerationConfig, ModelConfig, load_section
-from a5core.evaluation import evaluate_policy
+from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
+from a5core.base.records import GENERATION_SCHEMA
+from a5core.base.run_record import write_run_record
+from a5core.config.sections import EvalConfig, GenerationConfig, ModelConfig, load_section
 from a5core.generation import make_backend
-from a5core.model_io import load_policy
-from a5core.pipeline import grader_pool, validation_protocol, validation_record, write_results
-from a5core.records import GENERATION_SCHEMA
-from a5core.reports import eval_case_report
-from a5core.runinfo import write_run_record
+from a5core.model import autocast
+from a5core.model.loading import load_policy
+from a5core.run.evaluation import evaluate_policy
+from a5core.run.stage_reports import eval_case_report
+from a5core.stage import entry
+from a5core.stage.training import grader_pool, validation_protocol, validation_record, write_results
 
 
 def main() -> None:
-    args = stage.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial", "record")
+    args = entry.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial", "record")
     cfg = load_section(EvalConfig, "eval", args.params)
     val_cfg = load_section(EvalConfig, "validation", args.params)
     gen = load_section(GenerationConfig, "generation", args.params)
-    rows = stage.rows(args.validation, ["unique_id", "problem", "answer"])
+    rows = entry.rows(args.validation, ["unique_id", "problem", "answer"])
     pool = grader_pool(cfg).start()  # its imports overlap the model load
     model = load_section(ModelConfig, "model", args.params)
-    device = stage.setup_torch(cfg.seed)
+    device = entry.setup_torch(cfg.seed)
     autocast.configure(model.autocast, device, weights=model.dtype)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed)
@@ -50,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

@@ -7,14 +7,21 @@ stage is downstream of it (prepare_math depends on its output), so `dvc repro` a
 output is always the same text: no stage reruns because this one did.
 """
 
-from a5core import stage
-from a5core.artifacts import write_json
+from a5core.base.artifacts import write_json
+from a5core.base.typed import ConfigError
+from a5core.checks.params import check_params
+from a5core.stage import entry
 
 
 def main() -> None:
-    args = stage.args("out")  # check_params: every section and every run name (it becomes a path)
+    args = entry.args("out")
+    try:
+        check_params(args.params)  # every section and every run name (it becomes a path)
+    except ConfigError as err:
+        entry.refuse(err, args.params)
+    # these exact bytes since the first release: every stage is downstream of this file, so new text reruns the DAG
     write_json({"params": "passed a5core.config.check_params"}, args.out)
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

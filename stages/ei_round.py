@@ -1,5 +1,6 @@
 """Stage ei_round_<k>@<run>: Expert Iteration round k of one named run (overrides on the shared `ei` params); with
-`--seed`, stage ei_replicate_<k>@<run>-<seed>: the same round of the run with ei.seed replaced (a5core/replicates.py).
+`--seed`, stage ei_replicate_<k>@<run>-<seed>: the same round of the run with ei.seed replaced
+(a5core/report/replicates.py).
 
 Round k trains the model of round k-1 (round 1: `ei.init_policy`) and extends round k-1's history (`--history`, its
 rounds.csv). `--initial` is the EI run's starting policy's full validation (round 1: that model's folder; round k:
@@ -9,18 +10,18 @@ the copy round k-1 wrote), against which every round reports its paired change.
 import dataclasses
 import sys
 
-from a5core import stage
-from a5core.artifacts import provenance, write_json, write_parquet, write_text
-from a5core.checkpoint import clear_scratch, fingerprint
-from a5core.config import load_run, load_section
-from a5core.ei import EIConfig, ei_round, history_row
-from a5core.history import read_log, write_csv
-from a5core.pipeline import training_stage, validation_record, write_results
-from a5core.records import ROLLOUT_SCHEMA
-from a5core.reports import ei_report
-from a5core.runinfo import write_run_record
-from a5core.seeds import derive_seed
-from a5core.sft import SFTConfig
+from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
+from a5core.base.records import ROLLOUT_SCHEMA
+from a5core.base.run_record import write_run_record
+from a5core.base.seeds import derive_seed
+from a5core.config.sections import load_run, load_section
+from a5core.rl.ei import EIConfig, ei_round, history_row
+from a5core.rl.sft import SFTConfig
+from a5core.run.checkpoint import clear_scratch, fingerprint
+from a5core.run.history import read_log, write_csv
+from a5core.run.stage_reports import ei_report
+from a5core.stage import entry
+from a5core.stage.training import training_stage, validation_record, write_results
 
 
 def _history(args) -> list[dict]:
@@ -71,11 +72,11 @@ def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
 
 
 def main() -> None:
-    args = stage.args(*PATHS, round=int, history=str, seed=int)
+    args = entry.args(*PATHS, round=int, history=str, seed=int)
     rounds = _history(args)
     cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
     sft_cfg = load_section(SFTConfig, "sft", args.params)
-    train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
+    train = entry.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     name = f"ei_round_{args.round}@{args.run}"
     if args.seed is not None:  # a seed replicate of the run
         cfg, name = dataclasses.replace(cfg, seed=args.seed), f"ei_replicate_{args.round}@{args.run}-{args.seed}"
@@ -120,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

@@ -1,21 +1,21 @@
 """Stage filter_sft_data: keep the SFT traces whose final answer is correct by `sft.reward_fn` (default: r1_zero's)."""
 
-from a5core import stage
-from a5core.artifacts import provenance, write_json, write_parquet, write_text
-from a5core.config import EvalConfig, load_section
+from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
+from a5core.base.run_record import write_run_record
+from a5core.config.sections import EvalConfig, load_section
 from a5core.data.adapters import SFT_SCHEMA
+from a5core.data.sft_traces import filter_traces
 from a5core.grader import GraderPool
-from a5core.reports import filter_report
-from a5core.runinfo import write_run_record
-from a5core.sft import SFTConfig
-from a5core.sft_data import filter_traces
+from a5core.rl.sft import SFTConfig
+from a5core.run.stage_reports import filter_report
+from a5core.stage import entry
 
 
 def main() -> None:
-    args = stage.args("sft", "out", "metrics", "report", "record")
+    args = entry.args("sft", "out", "metrics", "report", "record")
     reward = load_section(SFTConfig, "sft", args.params).train_reward
     cfg = load_section(EvalConfig, "validation", args.params)  # the grader's workers and time limit
-    rows = stage.rows(args.sft, SFT_SCHEMA.names)
+    rows = entry.rows(args.sft, SFT_SCHEMA.names)
     with GraderPool(reward, cfg.grader_workers, cfg.grader_timeout_s) as pool:
         kept, rejected, stats = filter_traces(rows, pool)
     params = {"train_reward": reward, "grader_timeout_s": cfg.grader_timeout_s}
@@ -27,4 +27,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

@@ -1,16 +1,16 @@
 """Stage grpo@<run>: GRPO with one named run's overrides on the shared `grpo` params; with `--seed`, stage
-grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/replicates.py)."""
+grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/report/replicates.py)."""
 
 import dataclasses
 
-from a5core import stage
-from a5core.checkpoint import Checkpointer, fingerprint
-from a5core.config import EvalConfig, load_run, load_section
-from a5core.grpo import GRPOConfig, train_grpo
-from a5core.history import timings
-from a5core.pipeline import Snapshots, training_stage, write_results
-from a5core.prompts import REWARD_FNS
-from a5core.runinfo import write_run_record
+from a5core.base.run_record import write_run_record
+from a5core.config.prompts import REWARD_FNS
+from a5core.config.sections import EvalConfig, load_run, load_section
+from a5core.rl.grpo import GRPOConfig, train_grpo
+from a5core.run.checkpoint import Checkpointer, fingerprint
+from a5core.run.history import timings
+from a5core.stage import entry
+from a5core.stage.training import Snapshots, training_stage, write_results
 
 
 def run_config(args) -> tuple[GRPOConfig, str]:
@@ -23,14 +23,14 @@ def run_config(args) -> tuple[GRPOConfig, str]:
 
 def main() -> None:
     names = ("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch", "record")
-    args = stage.args(*names, seed=int)
+    args = entry.args(*names, seed=int)
     cfg, name = run_config(args)
     # Each run trains on `grpo.reward_fn` (default: its prompt's reward) and is validated with its own prompt and that
     # prompt's reward; a run with the validation section's prompt is validated with the validation section's
     # reward_fn (one pool when the two are the same).
     validation = load_section(EvalConfig, "validation", args.params)
     val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
-    train = stage.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
+    train = entry.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     with training_stage(
         args,
         name,
@@ -73,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

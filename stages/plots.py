@@ -1,19 +1,20 @@
 """Stage plots: figures for every configured run, reports/summary.md (with the seed replicates' intervals),
 the tables `dvc plots` draws (reports/curves/) and the run records of the DAG's stages in one file
-(reports/run_records.json: what the summary's "Made on" line and a fresh clone's `python -m a5core.forecast` read)."""
+(reports/run_records.json: what the summary's "Made on" line and a fresh clone's `python -m a5core.checks.forecast`
+read)."""
 
 import os
 import re
 from pathlib import Path
 
-from a5core import stage
-from a5core.artifacts import write_json, write_text
-from a5core.config import DataConfig, load_section, read_params
-from a5core.curves import write_curves
-from a5core.plots import make_plots
-from a5core.replicates import ReplicatesConfig, hierarchical_interval, replicate_scores
-from a5core.runinfo import RECORD_FILE, read_run_record
-from a5core.summary import summary_markdown, validation_set
+from a5core.base.artifacts import write_json, write_text
+from a5core.base.run_record import RECORD_FILE, read_run_record
+from a5core.config.sections import DataConfig, ReplicatesConfig, load_section, read_params
+from a5core.report.curves import write_curves
+from a5core.report.plots import make_plots
+from a5core.report.replicates import hierarchical_interval, replicate_scores
+from a5core.report.summary import summary_markdown, validation_set
+from a5core.stage import entry
 
 
 def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> set[str]:
@@ -25,7 +26,7 @@ def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> s
 
 
 def main() -> None:
-    args = stage.args("results", "ei", "records", "figures", "summary", "curves", "made_by")
+    args = entry.args("results", "ei", "records", "figures", "summary", "curves", "made_by")
     params = read_params(args.params)
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
@@ -49,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

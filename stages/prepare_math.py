@@ -1,11 +1,11 @@
 """Stage prepare_math: train / validation / SFT Parquet files from the data params."""
 
-from a5core import stage
-from a5core.artifacts import provenance, write_json, write_parquet
-from a5core.config import DataConfig, load_section
+from a5core.base.artifacts import provenance, write_json, write_parquet
+from a5core.base.run_record import write_run_record
+from a5core.config.sections import DataConfig, load_section
 from a5core.data.adapters import PROBLEM_SCHEMA, SFT_SCHEMA
 from a5core.data.prepare import prepare
-from a5core.runinfo import write_run_record
+from a5core.stage import entry
 
 
 def columns(rows: list[dict], schema) -> list[dict]:
@@ -13,7 +13,7 @@ def columns(rows: list[dict], schema) -> list[dict]:
 
 
 def main() -> None:
-    args = stage.args("train", "validation", "sft", "report", "record")
+    args = entry.args("train", "validation", "sft", "report", "record")
     cfg = load_section(DataConfig, "data", args.params)
     splits, report = prepare(cfg)
     prov = provenance("prepare_math", cfg)
@@ -26,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

@@ -1,29 +1,29 @@
 """Stage sft@<run>: SFT on the first N traces of a fixed shuffle (or all filtered traces); with `--seed`, stage
 sft_replicate@<run>-<seed>: the same run with sft.seed replaced, which picks and orders its examples
-(a5core/replicates.py)."""
+(a5core/report/replicates.py)."""
 
 import dataclasses
 from pathlib import Path
 
-from a5core import stage
-from a5core.checkpoint import Checkpointer, fingerprint
-from a5core.config import SFTRun, from_dict, load_section, read_params
-from a5core.pipeline import Snapshots, training_stage, write_results
-from a5core.runinfo import write_run_record
-from a5core.sft import SFTConfig, train_sft
-from a5core.sft_data import select_examples
+from a5core.base.run_record import write_run_record
+from a5core.config.sections import SFTRun, from_dict, load_section, read_params
+from a5core.data.sft_traces import select_examples
+from a5core.rl.sft import SFTConfig, train_sft
+from a5core.run.checkpoint import Checkpointer, fingerprint
+from a5core.stage import entry
+from a5core.stage.training import Snapshots, training_stage, write_results
 
 
 def main() -> None:
     names = ("run", "model", "data", "validation", "initial", "out", "metrics", "live", "logs", "scratch", "record")
-    args = stage.args(*names, seed=int)
+    args = entry.args(*names, seed=int)
     cfg = load_section(SFTConfig, "sft", args.params)
     if args.seed is not None:  # a seed replicate of the run
         cfg = dataclasses.replace(cfg, seed=args.seed)
     run = from_dict(SFTRun, read_params(args.params)["sft_runs"][args.run] or {}, f"sft_runs.{args.run}")
     if Path(args.data).is_dir():  # the data folder (a replicate's stage cannot name the run's file): its traces in it
         args.data = str(Path(args.data) / f"{run.data}.parquet")
-    traces = stage.rows(args.data, ["unique_id", "prompt", "response"])  # checked before the model loads
+    traces = entry.rows(args.data, ["unique_id", "prompt", "response"])  # checked before the model loads
     rows = select_examples(traces, run.examples, cfg.seed)
     name = f"sft@{args.run}" if args.seed is None else f"sft_replicate@{args.run}-{args.seed}"
     with training_stage(args, name, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial) as ts:
@@ -57,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    stage.run(main)  # the project's own errors end in one line
+    entry.run(main)  # the project's own errors end in one line

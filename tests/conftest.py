@@ -3,8 +3,8 @@ import copy
 import pytest
 import torch
 
-from a5core import autocast
-from a5core.model_io import build_tiny_model
+from a5core.model import autocast
+from a5core.model.loading import build_tiny_model
 
 
 @pytest.fixture(autouse=True)

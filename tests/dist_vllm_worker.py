@@ -15,13 +15,13 @@ import time
 
 import torch
 
-from a5core import autocast, compute, distributed
-from a5core.config import GenerationConfig, SamplingConfig
-from a5core.distributed import DistributedConfig
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
-from a5core.logprobs import get_response_log_probs
-from a5core.model_io import load_policy
-from a5core.prompts import build_prompt
+from a5core.model import autocast, distributed, microbatch
+from a5core.model.distributed import DistributedConfig
+from a5core.model.loading import load_policy
+from a5core.model.logprobs import get_response_log_probs
 
 PROMPTS = [build_prompt("Compute 1 + 2."), build_prompt("What is 7 * 8?")]
 
@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     autocast.configure("off", quiet=True)
-    compute.configure("auto", 4, False)  # the LM head 4 positions at a time (as the full profile's logits_chunk)
+    microbatch.configure("auto", 4, False)  # the LM head 4 positions at a time (as the full profile's logits_chunk)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy="fsdp2"))
     policy, tok = load_policy(args.model, torch.device("cpu"), "float32")

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import torch
 
-from a5core import autocast, compute, distributed
-from a5core.checkpoint import Checkpointer
-from a5core.distributed import DistributedConfig
-from a5core.grpo import GRPOConfig
-from a5core.grpo_update import old_log_probs_for, optimizer_step
-from a5core.losses import LENGTH_NORMALIZERS, PG_LOSSES
-from a5core.model_io import build_tiny_model
-from a5core.optim import KahanAdamW, make_optimizer
-from a5core.records import RolloutBatch
-from a5core.sft import SFTConfig
-from a5core.sft import optimizer_step as sft_optimizer_step
+from a5core.base.records import RolloutBatch
+from a5core.model import autocast, distributed, microbatch
+from a5core.model.distributed import DistributedConfig
+from a5core.model.loading import build_tiny_model
+from a5core.model.optim import KahanAdamW, make_optimizer
+from a5core.rl.grpo import GRPOConfig
+from a5core.rl.grpo_update import old_log_probs_for, optimizer_step
+from a5core.rl.losses import LENGTH_NORMALIZERS, PG_LOSSES
+from a5core.rl.sft import SFTConfig
+from a5core.rl.sft import optimizer_step as sft_optimizer_step
+from a5core.run.checkpoint import Checkpointer
 
 SFT_ROWS = [
     ("What is 2 + 3?", " 5. </think> <answer>5</answer>"),
@@ -61,8 +61,8 @@ def whole(t: torch.Tensor) -> torch.Tensor:
 def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool, update: str = "") -> dict:
     """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights.
     With `adam`, the step follows an old-log-prob pass, as in a GRPO step (under fsdp2 a no-grad forward must leave
-    buffers the training forward can use); `update`: AdamW with that model.weight_update (a5core/optim.py) instead of
-    torch's, on bf16 weights for stochastic_round (torchao's AdamW; its rounding draws random numbers)."""
+    buffers the training forward can use); `update`: AdamW with that model.weight_update (a5core/model/optim.py)
+    instead of torch's, on bf16 weights for stochastic_round (torchao's AdamW; its rounding draws random numbers)."""
     cfg = GRPOConfig(
         loss_type=loss_type, length_normalization=norm, normalize_constant=40.0, rollout_batch_size=6, group_size=3,
         train_batch_size=6, gradient_accumulation_steps=k, max_grad_norm=1e-3,
@@ -157,11 +157,11 @@ def cross_case(model, tok, write: Path, read: str | None) -> dict:
 
 def rollout_case(model, tok) -> list[tuple]:
     """Graded samples of 5 questions x 2 (the hf backend on the whole model, as FullWeightsBackend gives it)."""
-    from a5core.config import SamplingConfig
+    from a5core.config.sections import SamplingConfig
     from a5core.data.synthetic import generate
-    from a5core.evaluation import generate_and_grade
     from a5core.generation.hf import HFBackend
     from a5core.grader.pool import GraderPool
+    from a5core.run.evaluation import generate_and_grade
 
     rows = generate(5, 10, 5, 0.3, 1)["train"][:5]
     with GraderPool("a5core.grader:r1_zero_reward_fn", 1, 10.0) as pool:
@@ -176,7 +176,7 @@ def timeout_case() -> list[str]:
     """Rank 1's answer never finishes grading; its pool times it out and the gather after it completes on both."""
     from a5core.grader.pool import GraderPool
 
-    with GraderPool("tests.slow_grader:slow_reward", 1, 2.0) as pool:
+    with GraderPool("tests.support.slow_grader:slow_reward", 1, 2.0) as pool:
         mine = pool.map(["sleep" if distributed.world().rank == 1 else "fast"], ["1"])
     return [g["status"] for g in distributed.gather(mine)]
 
@@ -206,7 +206,7 @@ def main() -> None:
         return compare(*args.compare)
     torch.set_num_threads(1)
     autocast.configure("off", quiet=True)
-    compute.reset()
+    microbatch.reset()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy=args.strategy))
     model, tok = build_tiny_model(seed=0)
@@ -221,10 +221,10 @@ def main() -> None:
     out["grpo/adamw"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True)
     for norm in ("token_mean", "per_example"):
         out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
-    compute.configure("auto", 4, False)  # the LM head 4 positions at a time: a forward that is not model(...)
+    microbatch.configure("auto", 4, False)  # the LM head 4 positions at a time: a forward that is not model(...)
     out["grpo/chunked"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=3, adam=True)
     out["sft/chunked"] = sft_case(model, tok, "token_mean", micro=2)
-    compute.reset()
+    microbatch.reset()
     for update in ("kahan", "stochastic_round"):  # model.weight_update's AdamWs on DTensor shards
         out[f"grpo/{update}"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True, update=update)
     m = fresh(model)

@@ -11,15 +11,16 @@ import copy
 import pytest
 import torch
 
-from a5core import autocast, runinfo
-from a5core.autocast import autocast_context, resolve
-from a5core.config import SamplingConfig
+from a5core.base import run_record
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import SamplingConfig
 from a5core.generation import HFBackend
-from a5core.logprobs import get_response_log_probs
-from a5core.prompts import build_prompt
-from a5core.sft import SFTConfig, encode_examples, sft_step
-from a5core.tokenization import pad_token_id, tokenize_prompt_and_output
-from tests.test_training import ROWS, _grads
+from a5core.model import autocast
+from a5core.model.autocast import autocast_context, resolve
+from a5core.model.logprobs import get_response_log_probs
+from a5core.model.tokenization import pad_token_id, tokenize_prompt_and_output
+from a5core.rl.sft import SFTConfig, encode_examples, sft_step
+from tests.support.loops import SFT_ROWS, flat_grads
 
 BF16_EPS = 2.0**-8  # bf16's machine epsilon (8 significant bits)
 
@@ -44,9 +45,9 @@ def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
     record = autocast.configure("bf16", "cpu")
     assert record == {"mode": "bf16", "device": "cpu", "bf16_autocast": True, "decided_by": "model.autocast: bf16"}
     assert "autocast: bf16 on" in capsys.readouterr().out
-    written = runinfo.read_run_record(runinfo.write_run_record(tmp_path / "r.json", "x", step_s=1.5))
+    written = run_record.read_run_record(run_record.write_run_record(tmp_path / "r.json", "x", step_s=1.5))
     assert written["autocast"] == record and written["step_s"] == 1.5 and written["machine"]["cpu"]
-    assert set(written["machine"]["isa"]) <= set(runinfo.ISA_FLAGS)
+    assert set(written["machine"]["isa"]) <= set(run_record.ISA_FLAGS)
     with autocast_context(torch.nn.Linear(2, 2)):
         assert torch.is_autocast_enabled("cpu")
     autocast.configure("off", quiet=True)
@@ -116,23 +117,23 @@ def test_bf16_grad_accumulation_equals_one_big_batch(tiny):
     """Forced bf16: micro-batch 1 vs 4 over the same 4 examples give the same gradient within bf16's error (the
     float32 test asks 1e-4; bf16 sums rounded products, so the bound is relative to the gradient's norm)."""
     model, tok = tiny
-    ex = encode_examples(tok, ROWS[:4])
+    ex = encode_examples(tok, SFT_ROWS[:4])
     autocast.configure("bf16", quiet=True)
     a, b, ref = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
     sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"))
     sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
     autocast.configure("off", quiet=True)
     sft_step(ref, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
-    ga, gb, g32 = _grads(a), _grads(b), _grads(ref)
+    ga, gb, g32 = flat_grads(a), flat_grads(b), flat_grads(ref)
     assert (ga - gb).norm() <= 16 * BF16_EPS * g32.norm()
     assert 0 < (gb - g32).norm() <= 16 * BF16_EPS * g32.norm()  # bf16 really ran, and only rounding differs
 
 
 def test_summary_names_the_machine_kind_autocast_and_commits(tmp_path):
-    from a5core.summary import made_on_text
+    from a5core.report.summary import made_on_text
 
     autocast.configure("off", quiet=True)
-    records = [runinfo.run_record("a"), {**runinfo.run_record("b"), "code_revision": "abc+dirty"}]
+    records = [run_record.run_record("a"), {**run_record.run_record("b"), "code_revision": "abc+dirty"}]
     line = made_on_text(records)[0]
-    assert runinfo.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
+    assert run_record.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
     assert "2 stage runs" in line and made_on_text([]) == []

@@ -4,18 +4,15 @@ stage process killed with SIGKILL mid-training resumes to bit-identical weights.
 import hashlib
 import os
 import pickle
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from a5core.checkpoint import Checkpointer, clear_scratch
-from tests.support.repos import ok, scratch_repo, tree_digest
+from a5core.run.checkpoint import Checkpointer, clear_scratch
+from tests.support.repos import ok, tree_digest
+from tests.support.resume import kill_repo, kill_when, sft_cmd, stage_runs, straight_killed_resumed
 
 
 class Payload:
@@ -71,86 +68,24 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _sft_cmd(run: str, out: str) -> list[str]:
-    return [
-        sys.executable,
-        "stages/sft.py",
-        "--run",
-        "full",
-        "--model",
-        "models/base",
-        "--data",
-        "data/prepared/sft.parquet",
-        "--validation",
-        "data/prepared/validation.parquet",
-        "--initial",
-        "results/baseline/validation.json",
-        "--out",
-        f"models/{out}",
-        "--metrics",
-        f"results/{out}/metrics.json",
-        "--live",
-        f"results/{out}/live",
-        "--logs",
-        f"results/{out}/logs",
-        "--scratch",
-        f"scratch/{run}",
-        "--record",
-        f"run_records/{out}",
-        "--params",
-        "kill.yaml",
-    ]
-
-
-def kill_repo(tmp_path: Path, nproc: int = 1) -> tuple[Path, dict, dict]:
-    """A smoke repo with the baseline run and kill.yaml: SFT of 24 steps on `nproc` processes, a checkpoint after
-    each (time to kill in the middle). Returns (repo, those params, the environment to run its stages in)."""
-    work, run = scratch_repo(tmp_path, "smoke")
-    ok(run("dvc", "repro", "baseline_eval"))
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["sft"].update(epochs=8, eval_every=0, checkpoint_every=1)
-    params["distributed"]["nproc"] = nproc
-    (work / "kill.yaml").write_text(yaml.safe_dump(params))
-    return work, params, {**os.environ, "PYTHONPATH": str(work)}
-
-
 @pytest.mark.slow
 def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
     work, _, env = kill_repo(tmp_path)
-    ok(subprocess.run(_sft_cmd("ref", "ref"), cwd=work, env=env, capture_output=True, text=True))
-    proc = subprocess.Popen(
-        _sft_cmd("killed", "killed"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    log = work / "results" / "killed" / "logs" / "train.csv"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 6):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)  # mid-training: after step 5, well before step 24
-    proc.wait()
-    state = work / "scratch" / "killed" / "state" / "state.pt"
-    assert state.exists(), "the killed run left no checkpoint"
-    killed_at = torch.load(state, weights_only=True)["step"]
+    killed_at = straight_killed_resumed(stage_runs(sft_cmd, work, env), 5).killed_at  # after step 5, well before 24
     assert 0 < killed_at < 24
-    ok(subprocess.run(_sft_cmd("killed", "killed"), cwd=work, env=env, capture_output=True, text=True))
-    ref, resumed = work / "models" / "ref" / "model.safetensors", work / "models" / "killed" / "model.safetensors"
+    ref, resumed = work / "models" / "straight" / "model.safetensors", work / "models" / "resumed" / "model.safetensors"
     assert _sha(resumed) == _sha(ref)
     # every artifact, byte for byte: the model folder (provenance.json included) and the results but the run record
-    assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")
-    assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
-    assert (work / "run_records" / "killed" / "run_record.json").exists()
-    assert (work / "results" / "killed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
+    assert tree_digest(work / "models" / "resumed") == tree_digest(work / "models" / "straight")
+    assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")
+    assert (work / "run_records" / "resumed" / "run_record.json").exists()
+    assert (work / "results" / "resumed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
     assert not (work / "scratch").exists()
     # a checkpoint truncated as by a full disk: the run warns, restarts from scratch, and still ends identical
-    proc = subprocess.Popen(
-        _sft_cmd("trunc", "trunc"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
     state = work / "scratch" / "trunc" / "state" / "state.pt"
-    while time.monotonic() < deadline and not state.exists():
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_when(sft_cmd("trunc"), work, env, state.exists)
     state.write_bytes(state.read_bytes()[:1000])
-    r = subprocess.run(_sft_cmd("trunc", "trunc"), cwd=work, env=env, capture_output=True, text=True)
+    r = subprocess.run(sft_cmd("trunc"), cwd=work, env=env, capture_output=True, text=True)
     ok(r)
     assert "could not be loaded" in r.stderr
     assert _sha(work / "models" / "trunc" / "model.safetensors") == _sha(ref)

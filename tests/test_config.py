@@ -1,5 +1,6 @@
 """Typed params: named runs, every bad value a clear error (all reported at once), the profiles, the lazy API."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -7,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a5core.config import ConfigError, check_params, from_dict, load_run, read_params
-from a5core.grpo import GRPOConfig
+from a5core.checks.params import check_params
+from a5core.config.sections import ConfigError, from_dict, load_run, read_params
+from a5core.rl.grpo import GRPOConfig
+from tests.support.profiles import PROFILES, write_composed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +78,8 @@ BAD = [  # (section, key, value, expected message part): each was a traceback or
     ("sft", "micro_batch_size", 0, "micro_batch_size: must be >= 1"),
     ("grpo", "betas", [0.9], "betas: expected 2 values"),
     ("grpo", "betas", [0.9, 1.5], "betas[1]: must be"),
-    ("validation", "reward_fn", "nope.module:fn", "cannot import nope.module"),
+    ("validation", "reward_fn", "rewards.nope:fn", "cannot import rewards.nope"),
+    ("validation", "reward_fn", "os:system", "a custom reward lives in rewards/"),
     ("validation", "reward_fn", "a5core.grader:nope", "no callable 'nope'"),
     ("sft", "batch_size", -8, "batch_size: must be >= 1"),
     ("sft", "epochs", -1, "epochs: must be >= 1"),
@@ -155,30 +159,56 @@ def test_duplicate_keys_are_rejected(tmp_path):
 
 
 def test_stage_refuses_bad_params_before_any_work(tmp_path):
-    """A stage script exits with the list of problems and no traceback (here: the first stage of the DAG)."""
+    """check_params exits with the list of problems and no traceback, and every other stage of the DAG is downstream
+    of its output, so DVC runs nothing else."""
     bad = tmp_path / "params.yaml"
     params = read_params(ROOT / "params.yaml")
     params["grpo"]["group_size"] = 1
     bad.write_text(yaml.safe_dump(params))
+    out = tmp_path / "check.json"
     r = subprocess.run(
-        [sys.executable, "stages/fetch_model.py", "--out", str(tmp_path / "m"), "--record", str(tmp_path / "r.json")]
-        + ["--params", str(bad)],
+        [sys.executable, "stages/check_params.py", "--out", str(out), "--params", str(bad)],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert r.returncode != 0 and "grpo.group_size: must be >= 2" in r.stderr and "Traceback" not in r.stderr
-    assert "Nothing was run" in r.stderr and not (tmp_path / "m").exists()
+    assert "Nothing was run" in r.stderr and not out.exists()
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    roots = [n for n, s in stages.items() if n != "check_params" and not _upstream_of(n, "check_params", stages)]
+    assert roots == [], f"stages that could run before check_params: {roots}"
 
 
-def test_every_profile_is_valid_and_params_yaml_is_the_default_profile():
-    for profile in sorted((ROOT / "conf" / "profile").glob("*.yaml")):
-        check_params(profile)
-    assert read_params(ROOT / "params.yaml") == read_params(ROOT / "conf" / "profile" / "default.yaml")
+def _upstream_of(name: str, target: str, stages: dict) -> bool:
+    """Whether `target` is upstream of stage `name` (one of its deps is an output of target or of a stage above)."""
+    outs = {}
+    for n, s in stages.items():
+        body = s.get("do", s)
+        for kind in ("outs", "metrics", "plots"):
+            for o in body.get(kind) or []:
+                outs[(next(iter(o)) if isinstance(o, dict) else o).split("$")[0]] = n
+    seen, todo = set(), [name]
+    while todo:
+        body = stages[todo.pop().split("@")[0]]
+        body = body.get("do", body)
+        for dep in body.get("deps") or []:
+            writer = next((w for o, w in outs.items() if o and (dep == o or dep.startswith(o))), None)
+            if writer == target:
+                return True
+            if writer and writer not in seen:
+                seen.add(writer)
+                todo.append(writer)
+    return False
 
 
-def test_full_mini_differs_from_full_only_in_sizes():
-    full, mini = (read_params(ROOT / "conf" / "profile" / f"{p}.yaml") for p in ("full", "full-mini"))
+def test_every_profile_is_valid_and_params_yaml_is_the_default_profile(tmp_path):
+    for profile in PROFILES:
+        check_params(write_composed(profile, tmp_path))
+    assert read_params(ROOT / "params.yaml") == read_params(tmp_path / "default.yaml")
+
+
+def test_full_mini_differs_from_full_only_in_sizes(tmp_path):
+    full, mini = (read_params(write_composed(p, tmp_path)) for p in ("full", "full-mini"))
     assert list(full) == list(mini)
     sizes = {
         "source",
@@ -217,20 +247,21 @@ def test_full_mini_differs_from_full_only_in_sizes():
             continue
         assert list(full[section]) == list(mini[section]), section
         changed = {k for k in full[section] if full[section][k] != mini[section][k]}
-        assert changed <= sizes | {"tracker"} - {"tracker"}, (section, changed)
+        assert changed <= sizes, (section, changed)
 
 
-def test_top_level_api_is_lazy_and_complete():
+def test_the_handouts_names_are_in_one_module_and_the_stage_helpers_load_no_training_math():
     import a5core
+    import a5core.handout
 
-    for name in a5core.__all__:
-        assert callable(getattr(a5core, name)), name
-    with pytest.raises(AttributeError):
-        a5core.not_a_function  # noqa: B018
+    for name in a5core.handout.__all__:
+        assert callable(getattr(a5core.handout, name)), name
+    body = ast.parse(Path(a5core.__file__).read_text()).body
+    assert len(body) == 1 and isinstance(body[0], ast.Expr), "a5core/__init__.py holds only its docstring"
     # importing a stage helper loads none of the training math (so its DVC deps stay narrow)
-    code = "import sys, a5core.stage; print(sorted(m for m in sys.modules if m.startswith('a5core')))"
+    code = "import sys, a5core.stage.entry; print(sorted(m for m in sys.modules if m.startswith('a5core')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "a5core.dpo" not in out and "a5core.losses" not in out, out
+    assert "a5core.rl" not in out and "a5core.report" not in out and "a5core.checks" not in out, out
 
 
 def test_params_read_floats_the_way_dvc_writes_them(tmp_path):

@@ -19,7 +19,7 @@ def _stderr(code: str) -> str:
 def test_known_library_noise_is_dropped_and_nothing_else():
     loud = _stderr(IMPORT_TORCHAO)
     assert "Failed to load" in loud and "register_constant() on Enum subclasses" in loud  # what a stage used to print
-    quiet = _stderr("from a5core.stage import quiet_known_noise; quiet_known_noise(); " + IMPORT_TORCHAO)
+    quiet = _stderr("from a5core.stage.entry import quiet_known_noise; quiet_known_noise(); " + IMPORT_TORCHAO)
     assert "Failed to load" not in quiet and "register_constant" not in quiet, quiet
     assert "torchao: another warning" in quiet  # any other warning of the same logger still shows
 
@@ -27,7 +27,7 @@ def test_known_library_noise_is_dropped_and_nothing_else():
 def test_a_progress_bar_in_a_log_file_ends_its_line(tmp_path):
     log = tmp_path / "log"
     code = (
-        "from a5core.progress import bar\n"
+        "from a5core.base.progress import bar\n"
         "b = bar(3, 'grading')\n"
         "for _ in range(3): b.update()\n"
         "b.close(); import sys; print('next message', file=sys.stderr)\n"

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from a5core.artifacts import read_parquet, read_provenance, write_parquet
-from a5core.config import ConfigError, DataConfig, from_dict
+from a5core.base.artifacts import read_parquet, read_provenance, write_parquet
+from a5core.config.sections import ConfigError, DataConfig, from_dict
 from a5core.data import adapters, synthetic
 from a5core.data.prepare import prepare
 from a5core.grader import grade
@@ -102,7 +102,7 @@ def test_ungradable_ground_truth_fails_prepare_with_the_row_id(tmp_path):
 
 
 def test_sft_problems_stay_in_the_rl_pool_unless_excluded(tmp_path):
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     train = _write(
         tmp_path,
@@ -232,8 +232,8 @@ def test_hf_model_source_records_the_resolved_revision(tmp_path, monkeypatch):
     """`hf:<repo>@<rev>` through a stand-in snapshot_download: the snapshot is copied and its commit recorded."""
     import huggingface_hub
 
-    from a5core.config import ModelConfig
-    from a5core.model_io import build_tiny_model, fetch_model
+    from a5core.config.sections import ModelConfig
+    from a5core.model.loading import build_tiny_model, fetch_model
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     snapshot = tmp_path / "hub" / "snapshots" / commit
@@ -256,7 +256,7 @@ def test_hf_model_source_records_the_resolved_revision(tmp_path, monkeypatch):
 
 
 def test_hash_path_sees_every_change_to_a_folder(tmp_path):
-    from a5core.artifacts import hash_path
+    from a5core.base.artifacts import hash_path
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "w.bin").write_bytes(b"abc")
@@ -273,7 +273,7 @@ def test_gguf_parsed_once_memoizes_while_loading_and_restores(tmp_path):
     import gguf
     import numpy as np
 
-    from a5core.model_io import gguf_parsed_once
+    from a5core.model.loading import gguf_parsed_once
 
     path = tmp_path / "t.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
@@ -319,7 +319,7 @@ def _math_row(uid: str, problem: str) -> str:
 
 def test_math500_is_selected_by_id_or_by_problem_text_and_a_missing_problem_is_an_error(tmp_path):
     from a5core.data.prepare import subset_spec
-    from a5core.summary import validation_set
+    from a5core.report.summary import validation_set
 
     ids = [p["unique_id"] for p in subset_spec("math500")["problems"]]
     lines = [_math_row(f"test/other/{i}.json", f"Compute ${i} + 1 - {i}$.") for i in range(30)]

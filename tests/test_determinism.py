@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from a5core.artifacts import content_hash, provenance, read_provenance, write_parquet
-from a5core.config import EvalConfig
-from a5core.history import RunHistory, read_log, read_rows, timing_log
-from a5core.pipeline import validation_protocol, write_results
-from a5core.runinfo import read_run_record, write_run_record
-from tests.loop_fakes import METRICS
+from a5core.base.artifacts import content_hash, provenance, read_provenance, write_parquet
+from a5core.base.run_record import read_run_record, write_run_record
+from a5core.config.sections import EvalConfig
+from a5core.run.history import RunHistory, read_log, read_rows, timing_log
+from a5core.stage.training import validation_protocol, write_results
+from tests.support.loops import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [{"unique_id": "a", "problem": "1+1", "answer": "2"}, {"unique_id": "b", "problem": "2+2", "answer": "4"}]

@@ -1,6 +1,7 @@
 """1 process against 2 (torchrun, gloo) under ddp and fsdp2: the same gradients, update, logged metrics, old
 log-probs and gathered rollouts, checkpoints across layouts; the launcher, two nodes on one machine
-(tests/dist_worker.py runs each side; ~1.5 min in all on 2 cores)."""
+(tests/dist_worker.py runs each side). Tiers: the tests on the worker's four runs (~1.5 min on 2 cores) and the
+two-node rendezvous (~10 s) are slow; the launcher's command lines, the refusals and a failing node are fast."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from a5core.distributed import DistributedConfig
-from a5core.launch import command, params_path
+from a5core.model.distributed import DistributedConfig
+from a5core.stage.launch import command, params_path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = "tests/dist_worker.py"
@@ -57,6 +58,7 @@ STEP_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_two_ranks_take_the_single_process_optimizer_step(runs, strategy):
     ref, got = runs["single"], runs[strategy]
@@ -77,6 +79,7 @@ def test_two_ranks_take_the_single_process_optimizer_step(runs, strategy):
                 assert rows[1][key] == pytest.approx(rows[0][key], rel=1e-5, abs=1e-9), (case, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_torchao_s_stochastic_rounding_runs_on_shards(runs, strategy):
     """model.weight_update stochastic_round (torchao's AdamW, bf16 weights and gradients) on 2 ranks. ddp: every rank
@@ -94,6 +97,7 @@ def test_torchao_s_stochastic_rounding_runs_on_shards(runs, strategy):
     assert close.float().mean() >= 0.999, int((~close).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, strategy):
     ref, got = runs["single"], runs[strategy]
@@ -102,6 +106,7 @@ def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, 
     assert len({r[0] for r in ref["rollouts"]}) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
 def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
     """Through the Checkpointer: every rank resumes at the saved step and history; under fsdp2 rank 0 alone reads
@@ -117,6 +122,7 @@ def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
     assert torch.equal(kahan["resumed"], kahan["straight"]) and kahan["restored"] == [(1, [{"step": 1}])] * ranks
 
 
+@pytest.mark.slow
 def test_a_checkpoint_resumes_in_another_layout_and_world_size(runs):
     """Written by one process (optimizer state by index), resumed on 2 ddp or fsdp2 ranks (by name); written by 2
     fsdp2 ranks, resumed by one process: the second step is the two straight steps' (2 AdamW steps, as above)."""
@@ -126,11 +132,13 @@ def test_a_checkpoint_resumes_in_another_layout_and_world_size(runs):
         assert got["step"] == 1 and torch.allclose(got["resumed"], straight, rtol=0, atol=2e-6), who
 
 
+@pytest.mark.slow
 def test_a_rank_local_decision_is_taken_by_every_rank(runs):
     """GRPO's wall-clock budget: a rank whose own clock ran out stops every rank at the same step."""
     assert runs["ddp"]["any_rank"] == [True, False] and runs["single"]["any_rank"] == [False, False]
 
 
+@pytest.mark.slow
 def test_a_grader_timeout_on_one_rank_does_not_hold_up_the_other(runs):
     assert runs["ddp"]["timeouts"] == ["custom", "timeout"] and runs["single"]["timeouts"] == ["custom"]
 
@@ -160,7 +168,7 @@ LOCAL_SHELL = "bash -c 'exec bash -c \"$2\"' remote"  # stands in for ssh: runs 
 
 
 def _two_nodes(tmp_path, shell: str) -> subprocess.CompletedProcess:
-    """`python -m a5core.launch` of a probe script as node 0 of two, node 1 on this machine through `shell`."""
+    """`python -m a5core.stage.launch` of a probe script as node 0 of two, node 1 on this machine through `shell`."""
     host = socket.gethostname()  # resolves to this machine; the section refuses a literal localhost for two nodes
     with socket.socket() as s:
         s.bind(("", 0))
@@ -169,10 +177,11 @@ def _two_nodes(tmp_path, shell: str) -> subprocess.CompletedProcess:
     params.write_text(f"distributed: {{nproc: 1, nnodes: 2, rdzv_endpoint: '{host}:{port}', hosts: [{host}]}}\n")
     (tmp_path / "probe.py").write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "A5_REMOTE_SHELL": shell, "OUT": str(tmp_path)}
-    argv = [sys.executable, "-m", "a5core.launch", str(tmp_path / "probe.py"), "--params", str(params)]
+    argv = [sys.executable, "-m", "a5core.stage.launch", str(tmp_path / "probe.py"), "--params", str(params)]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_node_0_starts_the_other_nodes_and_they_meet_in_one_rendezvous(tmp_path):
     proc = _two_nodes(tmp_path, LOCAL_SHELL)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -195,7 +204,7 @@ def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
 
 
 def test_what_n_ranks_cannot_run_is_refused_before_any_work():
-    from a5core.inputs import distributed_problems
+    from a5core.checks.inputs import distributed_problems
 
     base = {"distributed": {"nproc": 2, "nnodes": 1, "strategy": "fsdp2"}, "model": {"weight_update": "nearest"}}
     assert distributed_problems(base) == []

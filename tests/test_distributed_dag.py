@@ -7,11 +7,9 @@ bytes on 2 ranks and to its weights on 1, and a 2-rank GRPO stage to its bytes o
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -20,9 +18,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from a5core.history import read_log
+from a5core.run.history import read_log
 from tests.support.repos import ok, ran_stages, repo_env, scratch_repo, tree_digest
-from tests.test_checkpoint import _sft_cmd, kill_repo
+from tests.support.resume import kill_repo, sft_cmd, stage_runs, straight_killed_resumed
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -106,50 +104,22 @@ def test_a_two_rank_sft_stage_equals_one_process_and_fsdp2(grid):
         assert (work / "results" / "sft" / "filtered" / "metrics.json").read_text() == metrics, overrides
 
 
-def kill_mid_run(cmd: list[str], work: Path, env: dict, name: str, rows: int) -> int:
-    """Start a launched stage, SIGKILL it once `results/<name>/logs/train.csv` has `rows` rows, and return the step
-    of the checkpoint it left. Every process goes: the launcher, torchrun's agent and its workers. Why not killpg:
-    torchrun starts each worker in a session of its own, so killing the agent's group leaves them running to the end
-    (which then clear the checkpoint, and the "resumed" run starts afresh)."""
-    import psutil
-
-    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = work / "results" / name / "logs" / "train.csv"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") > rows):
-        time.sleep(0.02)
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    for p in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    proc.wait()
-    psutil.wait_procs(tree[1:], timeout=30)
-    return torch.load(work / "scratch" / name / "state" / "state.pt", weights_only=True)["step"]
-
-
 def _launch(cmd: list[str]) -> list[str]:
-    return [sys.executable, "-m", "a5core.launch", *cmd[1:]]  # cmd[0] is python: the launcher runs the script
+    return [sys.executable, "-m", "a5core.stage.launch", *cmd[1:]]  # cmd[0] is python: the launcher runs the script
 
 
 @pytest.mark.slow
 def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
     work, params, env = kill_repo(tmp_path, nproc=2)
-
-    def stage(name: str, params_file: str = "kill.yaml") -> subprocess.CompletedProcess:
-        cmd = _launch(_sft_cmd(name, name))
-        cmd[cmd.index("--params") + 1] = params_file
-        return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-
-    ok(stage("ref"))
-    assert 0 < kill_mid_run(_launch(_sft_cmd("killed", "killed")), work, env, "killed", 5) < 24
-    ok(stage("killed"))
-    assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")  # byte for byte
-    assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
-    assert 0 < kill_mid_run(_launch(_sft_cmd("other_n", "other_n")), work, env, "other_n", 5) < 24
+    run = stage_runs(lambda name: _launch(sft_cmd(name)), work, env)
+    assert 0 < straight_killed_resumed(run, 5).killed_at < 24
+    assert tree_digest(work / "models" / "resumed") == tree_digest(work / "models" / "straight")  # byte for byte
+    assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")
+    assert 0 < run("other_n", 5) < 24  # killed on 2 ranks
     one = {**params, "distributed": {**params["distributed"], "nproc": 1}}
     (work / "one.yaml").write_text(yaml.safe_dump(one))
-    ok(stage("other_n", "one.yaml"))  # the 2-rank checkpoint, resumed by one process
-    _close(work / "models" / "other_n", work / "models" / "ref", atol=1e-5)
+    ok(subprocess.run(_launch(sft_cmd("other_n", "one.yaml")), cwd=work, env=env, capture_output=True, text=True))
+    _close(work / "models" / "other_n", work / "models" / "straight", atol=1e-5)  # the 2-rank checkpoint, on 1
 
 
 def _grpo_cmd(out: str) -> list[str]:
@@ -159,7 +129,7 @@ def _grpo_cmd(out: str) -> list[str]:
     paths |= {"--record": f"run_records/{out}"}
     data = {"--train": "data/prepared/train.parquet", "--validation": "data/prepared/validation.parquet"}
     flags = {"--run": "reinforce_baseline", "--model": "models/base", **data, **paths, "--params": "kill.yaml"}
-    return [sys.executable, "-m", "a5core.launch", "stages/grpo.py", *(x for kv in flags.items() for x in kv)]
+    return [sys.executable, "-m", "a5core.stage.launch", "stages/grpo.py", *(x for kv in flags.items() for x in kv)]
 
 
 @pytest.mark.slow
@@ -171,14 +141,21 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
     # the smoke model earns no reward, so an entropy bonus gives every step a gradient (weights that move)
     params["grpo"].update(n_grpo_steps=6, eval_every=0, checkpoint_every=1, entropy_coef=0.05)
     (work / "kill.yaml").write_text(yaml.safe_dump(params))
-    ok(subprocess.run(_grpo_cmd("ref"), cwd=work, env=env, capture_output=True, text=True))
-    killed_at = kill_mid_run(_grpo_cmd("killed"), work, env, "killed", 2)  # mid-run: after step 2 or later
-    assert 0 < killed_at < 6
-    timing = work / "run_records" / "killed" / "timing_train.csv"  # wall-clock seconds of each step
-    before = timing.read_text().splitlines()[: 1 + killed_at]
-    ok(subprocess.run(_grpo_cmd("killed"), cwd=work, env=env, capture_output=True, text=True))
+    timing = work / "run_records" / "resumed" / "timing_train.csv"  # wall-clock seconds of each step
+    before = []  # the killed process's timings of the steps up to its checkpoint
+
+    stage = stage_runs(_grpo_cmd, work, env)
+
+    def run(name: str, kill_at: int | None) -> int | None:
+        killed_at = stage(name, kill_at)
+        if killed_at is not None:
+            before.extend(timing.read_text().splitlines()[: 1 + killed_at])
+        return killed_at
+
+    killed_at = straight_killed_resumed(run, 2).killed_at
+    assert 0 < killed_at < 6  # mid-run: after step 2 or later
     # it resumed: the steps before the checkpoint keep the killed process's timings (a fresh start measures anew)
     assert timing.read_text().splitlines()[: 1 + killed_at] == before
-    assert all(float(r["train/grad_norm"]) > 0 for r in read_log(work / "results" / "ref" / "logs" / "train.csv"))
-    assert tree_digest(work / "models" / "killed") == tree_digest(work / "models" / "ref")
-    assert tree_digest(work / "results" / "killed") == tree_digest(work / "results" / "ref")
+    assert all(float(r["train/grad_norm"]) > 0 for r in read_log(work / "results" / "straight" / "logs" / "train.csv"))
+    assert tree_digest(work / "models" / "resumed") == tree_digest(work / "models" / "straight")
+    assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from a5core.distributed import DistributedConfig
-from a5core.launch import command
-from a5core.model_io import build_tiny_model
+from a5core.model.distributed import DistributedConfig
+from a5core.model.loading import build_tiny_model
+from a5core.stage.launch import command
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm_engine]
 

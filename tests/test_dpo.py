@@ -2,8 +2,8 @@ import math
 
 import torch
 
-from a5core import compute_per_instance_dpo_loss
-from a5core.dpo import dpo_loss_from_log_probs
+from a5core.handout import compute_per_instance_dpo_loss
+from a5core.rl.dpo import dpo_loss_from_log_probs
 
 
 def test_dpo_equal_policies_is_log2(tiny):

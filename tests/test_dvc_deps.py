@@ -1,4 +1,5 @@
-"""dvc.yaml is honest: each stage depends on exactly the a5core modules its script imports, each params
+"""dvc.yaml is honest: each stage depends on exactly the a5core packages its script imports (their folders), each
+stage that grades on rewards/ (custom reward functions), each params
 section is read by the stages that list it, the Expert Iteration rounds form one chain, every training stage's live
 plots are declared, metrics and plots are kept in git (visible on a fresh clone) and every other output is cached
 (the run cache)."""
@@ -6,8 +7,9 @@ plots are declared, metrics and plots are kept in git (visible on a fresh clone)
 import pytest
 import yaml
 
+from tests.support.profiles import PROFILES, composed
 from tools.dag import WIDTH, expand, load_spec, render
-from tools.stage_deps import ROOT, expected_deps
+from tools.stage_deps import ROOT, expected_code
 
 
 def _stages() -> dict:
@@ -22,24 +24,37 @@ def _script(body: dict) -> str:
     return next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
 
 
-def test_each_stage_depends_on_exactly_the_modules_it_imports():
-    expected = expected_deps()
+def test_each_stage_depends_on_exactly_the_packages_it_imports():
+    """A stage's a5core deps are folders, exactly those of the packages its script (and the launcher) load: a
+    package missing would let an edit there go unseen; one too many reruns the stage for nothing."""
     for name, stage in _stages().items():
         body = _body(stage)
         script = _script(body)
-        listed = sorted(d for d in body["deps"] if d.startswith("a5core"))
+        listed = [d.removeprefix("a5core/") for d in body["deps"] if d.startswith("a5core")]
         assert script in body["deps"], f"{name}: its script {script} is not a dep"
-        assert listed == expected[script], (
-            f"{name}: a5core deps should be {expected[script]} (python -m tools.stage_deps)"
-        )
+        expected = expected_code(body["cmd"])
+        assert listed == expected, f"{name}: `code:` in dvc.spec.yaml should be {expected} (python -m tools.stage_deps)"
 
 
 def test_plots_stage_does_not_depend_on_training_code_and_vice_versa():
-    deps = {name: _body(s)["deps"] for name, s in _stages().items()}
-    assert "a5core/grpo.py" not in deps["plots"] and "a5core/plots.py" not in deps["grpo"]
-    assert not any(
-        d in ("a5core", "a5core/") for ds in deps.values() for d in ds
-    )  # no stage depends on the whole library
+    """The narrow invalidation the layers give: an edit of the plots reruns no training stage, an edit of GRPO no
+    evaluation of the base model and no plots; an edit of the params checker only check_params."""
+    deps = {name: set(_body(s)["deps"]) for name, s in _stages().items()}
+    assert "a5core/rl" not in deps["plots"] and not any("a5core/report" in d for n, d in deps.items() if n != "plots")
+    assert "a5core/rl" not in deps["baseline_eval"] and "a5core/rl" in deps["grpo"]
+    assert [n for n, d in deps.items() if "a5core/checks" in d] == ["check_params"]
+    assert not any(d in ("a5core", "a5core/") for ds in deps.values() for d in ds)  # never the whole library
+
+
+def test_every_stage_that_grades_depends_on_the_custom_rewards():
+    """A reward function named in params lives in rewards/ (the params check refuses one elsewhere), and every stage
+    that grades (its params name a reward: validation's, eval's or a training reward_fn) depends on that folder:
+    editing a custom reward reruns the stages that use it."""
+    for name, stage in _stages().items():
+        body = _body(stage)
+        params = [p for p in body.get("params", []) if isinstance(p, str)]
+        grades = any(p.split(".")[0] in ("validation", "eval") or p.endswith("reward_fn") for p in params)
+        assert ("rewards" in body["deps"]) == grades, name
 
 
 def test_eval_params_belong_to_the_zero_shot_eval_only():
@@ -112,6 +127,7 @@ def test_the_generator_leaves_out_flags_and_deps_that_a_round_does_not_define():
                 "rounds": 2,
                 "first": {"m": "models/start"},
                 "later": {"m": "models/r<prev>", "h": "logs/r<prev>.csv"},
+                "code": ["base", "rl"],
                 "cmd": "python stages/ei_round.py --round <k> --model <m> --history <h> --out models/r<k>",
                 "deps": ["stages/ei_round.py", "<m>", "<h>"],
             }
@@ -123,9 +139,8 @@ def test_the_generator_leaves_out_flags_and_deps_that_a_round_does_not_define():
     assert second["cmd"] == (
         "python stages/ei_round.py --round 2 --model models/r1 --history logs/r1.csv --out models/r2"
     )
-    code = expected_deps()["stages/ei_round.py"]
-    assert first["deps"] == ["stages/ei_round.py", *code, "models/start"]
-    assert second["deps"] == ["stages/ei_round.py", *code, "models/r1", "logs/r1.csv"]
+    assert first["deps"] == ["stages/ei_round.py", "a5core/base", "a5core/rl", "models/start"]
+    assert second["deps"] == ["stages/ei_round.py", "a5core/base", "a5core/rl", "models/r1", "logs/r1.csv"]
     spec["stages"]["rep"] = {**spec["stages"]["r"], "rounds": 3}  # a replicate chain must end where the runs do
     with pytest.raises(ValueError, match=r"rounds:. stages disagree \(\[2, 3\]\)"):
         expand(spec)
@@ -154,7 +169,7 @@ def test_every_profile_has_every_param_a_stage_depends_on():
     }
     keys = {k for k in keys if "$" not in k}
     assert {"model.dtype", "model.autocast"} <= keys
-    for profile in sorted((ROOT / "conf" / "profile").glob("*.yaml")):
-        params = yaml.safe_load(profile.read_text())
+    for profile in PROFILES:
+        params = composed(profile)
         missing = [k for k in sorted(keys) if k.split(".")[1] not in (params.get(k.split(".")[0]) or {})]
-        assert not missing, (profile.name, missing)
+        assert not missing, (profile, missing)

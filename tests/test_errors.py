@@ -1,58 +1,26 @@
 """Bad input ends in one clear line: each stage's real command from dvc.yaml (smoke profile, in a copy of the repo),
 given a bad input of each kind, exits non-zero with one `error:` line that names the file or key, and no traceback;
 every input is checked before a model loads (the inputs here fail before any model exists). Unexpected errors keep
-their traceback."""
+their traceback. Tiers: the tests that run a stage's command (a process each, 2 to 5 s on 2 cores, ~1 min in all) are
+slow; the one-line rule itself (entry.run, in process) is in the fast tier."""
 
-import shlex
 import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from a5core import stage
-from a5core.config import read_params
-from a5core.inputs import dag_stages
-from a5core.records import PROBLEM_SCHEMA, SFT_SCHEMA, DataError
-from tests.hostile_inputs import PREPARED, PROBLEM_FILES, SFT_FILES
-from tests.support.repos import scratch_repo
-
-PROBLEM = {"unique_id": "a", "problem": "What is 1+1?", "answer": "2", "solution": "", "subject": "", "level": ""}
-TRACE = {"unique_id": "a", "prompt": "Q", "response": "</think> <answer>2</answer>", "ground_truth": "2"}
-
-
-def _table(row: dict, schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_pylist([{**{n: "" for n in schema.names}, **row}], schema=schema)
+from a5core.base.records import DataError
+from a5core.config.sections import read_params
+from a5core.generation.vllm import WeightSyncError
+from a5core.stage import entry
+from tests.support.hostile_inputs import PREPARED, PROBLEM_FILES, SFT_FILES
+from tests.support.workspace import command, replaced, workspace
 
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     return workspace(tmp_path_factory.mktemp("errors"))
-
-
-def workspace(root: Path):
-    """A smoke-profile copy of the repo with valid prepared inputs and placeholder model folders (a config.json:
-    enough to pass the folder check; a stage that got as far as loading one would fail with a traceback)."""
-    work, run = scratch_repo(root, "smoke")
-    for name in ("train", "validation"):
-        pq.write_table(_table(PROBLEM, PROBLEM_SCHEMA), work / f"data/prepared/{name}.parquet")
-    pq.write_table(_table(TRACE, SFT_SCHEMA), work / "data/prepared/sft.parquet")
-    for model in ("base", "sft_filtered"):
-        (work / "models" / model).mkdir(parents=True, exist_ok=True)
-        (work / "models" / model / "config.json").write_text("{}")
-    return work, run
-
-
-def command(work: Path, name: str, params: str = "params.yaml") -> list[str]:
-    """Stage `name`'s cmd from dvc.yaml (foreach entries resolved), reading `params`."""
-    for stage_name, body, resolve in dag_stages(read_params(work / "params.yaml"), work):
-        if stage_name == name:
-            return [sys.executable, *shlex.split(resolve(body["cmd"]))[1:], "--params", params]
-    raise KeyError(name)
 
 
 def one_line_error(r: subprocess.CompletedProcess, *names: str) -> str:
@@ -69,39 +37,29 @@ def bad_params(work: Path, edit) -> str:
     return "bad.yaml"
 
 
-@contextmanager
-def replaced(path: Path, content):
-    """`path` holds `content` (bytes, or a table as columns -> values) inside the block, its old bytes after."""
-    old = path.read_bytes()
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        pq.write_table(pa.table(content), path)
-    try:
-        yield
-    finally:
-        path.write_bytes(old)
-
-
+@pytest.mark.slow
 def test_config_errors_in_the_first_stages(ws):
     work, run = ws
     (work / "empty.yaml").write_text("")
-    one_line_error(run(*command(work, "fetch_model", "empty.yaml")), "empty.yaml: empty")
+    one_line_error(run(*command(work, "check_params", "empty.yaml")), "empty.yaml: empty")
+    one_line_error(run(*command(work, "fetch_model", "empty.yaml")), "empty.yaml: no section 'model'")  # its own
     p = bad_params(work, lambda d: d.pop("validation"))
-    one_line_error(run(*command(work, "plots", p)), "missing section 'validation'")
+    one_line_error(run(*command(work, "check_params", p)), "missing section 'validation'")
     p = bad_params(work, lambda d: d["grpo_runs"].update({"x/../../../victim": {}}))
     one_line_error(run(*command(work, "check_params", p)), "run name 'x/../../../victim'")
 
 
+@pytest.mark.slow
 def test_refused_before_any_stage_runs(ws):
     """A nonexistent init_policy and a callable that is no reward function stop the first stage of the DAG."""
     work, run = ws
     p = bad_params(work, lambda d: d["grpo"].update(init_policy="does_not_exist"))
     one_line_error(run(*command(work, "check_params", p)), "grpo.init_policy 'does_not_exist'", "no stage")
     p = bad_params(work, lambda d: d["validation"].update(reward_fn="os:system"))
-    one_line_error(run(*command(work, "check_params", p)), "validation.reward_fn 'os:system'", "TypeError")
+    one_line_error(run(*command(work, "check_params", p)), "reward_fn 'os:system'", "lives in rewards/")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case", [PROBLEM_FILES[0], PROBLEM_FILES[9], PROBLEM_FILES[17], SFT_FILES[2]], ids=lambda c: c[0].replace(" ", "-")
 )
@@ -118,9 +76,11 @@ def test_bad_data_files_in_prepare_math(ws, case):
     p = bad_params(work, lambda d: d["data"].update({"sft_source": "jsonl:ok_sft.jsonl", **source, "n_validation": 1}))
     one_line_error(run(*command(work, "prepare_math", p)), file, message)
     p = bad_params(work, lambda d: d["data"].update(source="jsonl:/nonexistent.jsonl", sft_source="jsonl:ok_sft.jsonl"))
-    one_line_error(run(*command(work, "prepare_math", p)), "data.source 'jsonl:/nonexistent.jsonl'")
+    one_line_error(run(*command(work, "prepare_math", p)), "/nonexistent.jsonl: no such file")
+    one_line_error(run(*command(work, "check_params", p)), "data.source 'jsonl:/nonexistent.jsonl'")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "stage_name,path,case",
     [
@@ -145,6 +105,7 @@ def test_bad_prepared_inputs_stop_each_stage_before_a_model_loads(ws, stage_name
         one_line_error(run(*command(work, stage_name)), path, message)
 
 
+@pytest.mark.slow
 def test_a_missing_input_model_names_the_stage_that_writes_it(ws):
     work, run = ws
     (work / "models/sft_filtered/config.json").rename(work / "models/sft_filtered/config.bak")
@@ -153,13 +114,6 @@ def test_a_missing_input_model_names_the_stage_that_writes_it(ws):
         assert "run `dvc repro sft@filtered` first" in line, line
     finally:
         (work / "models/sft_filtered/config.bak").rename(work / "models/sft_filtered/config.json")
-
-
-class WeightSyncError(RuntimeError):  # stands in for a5core.generation.vllm's (matched by qualified name)
-    pass
-
-
-WeightSyncError.__module__ = "a5core.generation.vllm"
 
 
 @pytest.mark.parametrize(
@@ -174,7 +128,7 @@ def test_project_errors_exit_with_one_line(err, named):
         raise err
 
     with pytest.raises(SystemExit) as exc:
-        stage.run(main)
+        entry.run(main)
     assert str(exc.value).startswith("error: ") and named in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -183,4 +137,4 @@ def test_unexpected_errors_keep_their_traceback():
         raise KeyError("a bug")
 
     with pytest.raises(KeyError):
-        stage.run(main)
+        entry.run(main)

@@ -1,11 +1,12 @@
-"""The wall-time forecast (a5core/forecast.py) against hand-computed cases: a stage's last run scaled by its work, a new
+"""The wall-time forecast (a5core/checks/forecast.py) against hand-computed cases: a stage's last run scaled by its
+work, a new
 run at its family's median rate, a stage with no rate, another machine kind marked, and the GRPO budget's steps."""
 
 import json
 
 import pytest
 
-from a5core.forecast import budget_steps, family, forecast, records
+from a5core.checks.forecast import budget_steps, family, forecast, records
 
 HERE = "AMD EPYC (avx2)"
 MACHINE = {"cpu": "AMD EPYC", "isa": ["avx2"]}
@@ -78,7 +79,7 @@ def test_stage_names_and_records(tmp_path):
 
 
 def test_the_summary_line_puts_the_forecast_beside_the_run_records():
-    from a5core.forecast import forecast_vs_actual
+    from a5core.checks.forecast import forecast_vs_actual
 
     saved = {"made_utc": "2026-12-02T07:00:00+00:00", "machine": HERE, "stages": {"a": 600.0, "b": 300.0, "c": None}}
     after, before = {"finished_utc": "2026-12-02T08:00:00+00:00"}, {"finished_utc": "2026-12-02T06:59:59+00:00"}
@@ -95,7 +96,7 @@ def test_the_summary_line_puts_the_forecast_beside_the_run_records():
 def test_dvc_lock_is_read_as_dvc_writes_it(tmp_path):
     """DVC writes dvc.lock in YAML 1.2, where `off` is a string: read as YAML 1.1 it is False, and the pipeline
     line would count every stage that lists `model.autocast: 'off'` as changed."""
-    from a5core.forecast import _changed, read_lock
+    from a5core.checks.forecast import _changed, read_lock
 
     lock = tmp_path / "dvc.lock"
     lock.write_text(

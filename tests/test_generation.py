@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from a5core.config import GenerationConfig, SamplingConfig
+from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation import HFBackend, truncate_at_stop
 from a5core.generation.vllm import engine_device, engine_kwargs
 
@@ -66,7 +66,7 @@ def test_hf_noise_is_per_request(tiny):
 
 
 def test_shared_prefix_generation_equals_plain_generate(sharp):
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     model, tok = sharp
     prompts = [build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now please"), build_prompt("7*8")]
@@ -89,9 +89,9 @@ def test_shared_prefix_generation_equals_plain_generate(sharp):
 def test_shared_prefix_log_probs_and_gradients_match(sharp):
     import copy
 
-    from a5core.logprobs import get_response_log_probs, shared_prefix_length
-    from a5core.prompts import build_prompt
-    from a5core.tokenization import tokenize_prompt_and_output
+    from a5core.config.prompts import build_prompt
+    from a5core.model.logprobs import get_response_log_probs, shared_prefix_length
+    from a5core.model.tokenization import tokenize_prompt_and_output
 
     model, tok = copy.deepcopy(sharp[0]), sharp[1]
     b = tokenize_prompt_and_output(
@@ -138,9 +138,9 @@ def test_sampling_follows_the_softmax_distribution():
 
 def test_generation_entropies_equal_a_teacher_forced_pass(tiny):
     """The entropies the hf backend records while sampling are the ones a forward pass over the output gives."""
-    from a5core.evaluation import forward_entropies, response_entropies
-    from a5core.prompts import build_prompt
-    from a5core.records import GradedSample
+    from a5core.base.records import GradedSample
+    from a5core.config.prompts import build_prompt
+    from a5core.run.evaluation import forward_entropies, response_entropies
 
     model, tok = tiny
     prompts = [build_prompt("Compute 1+2."), build_prompt("Solve 3x = 9 now please")]

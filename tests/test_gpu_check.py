@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from a5core import grpo, sft
-from a5core.config import from_dict, load_yaml
-from a5core.model_io import build_tiny_model
+from a5core.config.sections import from_dict, load_yaml
+from a5core.model.loading import build_tiny_model
+from a5core.rl import grpo, sft
 
 
 def _bench(name: str):
@@ -67,7 +67,7 @@ def test_gpu_check_runs_every_part_on_a_tiny_qwen2():
         gpu_check.peak = real_peak
     assert len(saved) == 5 and saved[0] is result  # written after every part, so a failing part loses nothing
     assert result["sweep_out_of_memory"] == ["micro8_autocast1"] and "sweep_s_micro8_autocast1" not in result
-    assert result["parameters"] == result["plan_parameters"]  # a5core.plan's count is the real Qwen2 module's
+    assert result["parameters"] == result["plan_parameters"]  # a5core.run.plan's count is the real Qwen2 module's
     assert result["grpo_measured_gb"] is None and result["grpo_predicted_gb"] > 0  # no CUDA allocator here
     assert result["grpo_micro_batch"] == [2, 300 + 16] and result["sft_micro_batch"] == [2, 300 + 1500]
     assert result["grpo_step_s"] > 0 and result["sft_step_s"] > 0 and result["old_log_probs_s"] > 0

@@ -22,327 +22,22 @@ from a5core.grader import (
 )
 from a5core.grader import pool as pool_mod
 from a5core.grader.pool import BUILTIN, GraderPool, load_reward_fn
-from tests import slow_grader
+from tests.support import slow_grader
+from tests.support.grader_cases import (
+    EQUIV,
+    FORMAT,
+    HOSTILE,
+    NOTATION,
+    REDTEAM_DIFFERENT,
+    REDTEAM_EQUAL,
+    REDTEAM_SLOW,
+    STRICT_FORMAT,
+    UNIVERSAL,
+    R,
+)
 
 BOUND_S = 2.0
 ZERO = {"format_reward": 0.0, "answer_reward": 0.0, "reward": 0.0}
-
-
-def R(ans: str) -> str:
-    return f"Let me think. </think> <answer>{ans}</answer>"
-
-
-# (answer inside <answer>, ground truth, expected answer reward)
-EQUIV = [
-    ("\\frac{1}{2}", "0.5", 1),
-    ("0.5", "\\frac12", 1),
-    ("\\dfrac{3}{4}", "0.75", 1),
-    ("\\tfrac{3}{4}", "\\frac{3}{4}", 1),
-    ("3/4", "\\frac{3}{4}", 1),
-    ("0.333", "\\frac{1}{3}", 0),
-    ("10\\%", "10", 1),
-    ("10%", "10", 1),
-    ("1,000", "1000", 1),
-    ("1{,}000", "1000", 1),
-    ("12,345,678", "12345678", 1),
-    ("1.5e3", "1500", 1),
-    ("1.5\\times 10^{3}", "1500", 1),
-    ("5\\text{ cm}", "5", 1),
-    ("5 \\text{ inches}", "5", 1),
-    ("5 cm", "5", 1),
-    ("\\$5", "5", 1),
-    ("\\$5.00", "5", 1),
-    ("90^\\circ", "90", 1),
-    ("90^{\\circ}", "90", 1),
-    ("x = 3", "3", 1),
-    ("x=-2", "-2", 1),
-    ("\\sqrt{8}", "2\\sqrt{2}", 1),
-    ("\\sqrt2/2", "\\frac{\\sqrt{2}}{2}", 1),
-    ("\\pi/2", "\\frac{\\pi}{2}", 1),
-    ("2\\pi", "\\pi \\cdot 2", 1),
-    ("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}", 0),
-    ("1.0000001", "1", 0),
-    ("3.14", "\\pi", 0),
-    ("c+d", "a+d", 0),
-    ("e - 5", "5", 0),
-    ("2x+1", "1+2x", 1),
-    ("x^2-1", "(x-1)(x+1)", 1),
-    ("(1,2)", "(1,2)", 1),
-    ("(2,1)", "(1,2)", 0),
-    ("(1,2]", "(1,2]", 1),
-    ("[1,2)", "(1,2]", 0),
-    ("(1,2)", "[1,2]", 0),
-    ("\\{1,2\\}", "\\{2,1\\}", 1),
-    ("\\{1,3\\}", "\\{2,1\\}", 0),
-    ("-2, 1", "1, -2", 1),
-    ("1, 2", "1, 2, 3", 0),
-    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{bmatrix}1 & 2 \\\\ 3 & 4\\end{bmatrix}", 1),
-    ("\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", 0),
-    ("B", "B", 1),
-    ("(B)", "B", 1),
-    ("\\text{(C)}", "C", 1),
-    ("D", "C", 0),
-    ("\\frac{6}{8}", "\\frac{3}{4}", 1),
-    ("-\\frac{80}{9}", "-10", 0),
-    ("-10", "-10", 1),
-    ("2 or 3", "2", 0),
-    ("1, 2, 3", "2", 0),
-    ("\\pm 2", "2", 0),
-    ("x > 5", "5", 0),
-    ("2 and 3", "2", 0),
-    ("\\pm 2", "\\pm 2", 1),
-    ("(-\\infty, 3)", "(-\\infty,3)", 1),
-    ("[0, 1] \\cup [2, 3]", "[0,1]\\cup[2,3]", 1),
-    ("\\sin(x)", "\\sin x", 1),
-    ("0.1", "\\frac{1}{10}", 1),
-    ("100", "100.0", 1),
-    ("007", "7", 1),
-    ("-0", "0", 1),
-    ("2^{10}", "1024", 1),
-    ("\\left(1, 2\\right)", "(1,2)", 1),
-    ("\\boxed{7}", "7", 1),
-    ("\\boxed{7} and \\boxed{8}", "7", 0),
-    ("\\boxed{7} \\boxed{7}", "7", 1),
-]
-
-# (full response, ground truth, format reward, answer reward) under the handout's r1_zero rule: format ok iff
-# "</think> <answer>" and "</answer>" occur; the answer is what follows the last <answer>, minus </answer>.
-FORMAT = [
-    (R("5"), "5", 1, 1),
-    (R("6"), "5", 1, 0),
-    ("no tags at all 5", "5", 0, 0),
-    ("</think> <answer>5", "5", 0, 0),
-    ("</think> <answer>5</answer> trailing text", "5", 1, 0),
-    ("</think> <answer>5</answer> <answer>5</answer>", "5", 1, 1),
-    ("</think> <answer><answer>5</answer></answer>", "5", 1, 1),
-    ("<answer>5</answer>", "5", 0, 0),
-    ("x </think>\n\n<answer> 5 </answer>\n", "5", 0, 0),
-    ("</think></think> <answer>5</answer>", "5", 1, 1),
-    ("</think> <answer></answer>", "5", 1, 0),
-    ("</think> <answer>5</answer></think>", "5", 1, 0),
-    (R("\\boxed{5}"), "5", 1, 1),
-    (R("\\boxed{4} so \\boxed{5}"), "5", 1, 1),
-    (R("\\boxed{5} \\boxed"), "5", 1, 0),
-    (R("\\boxed{5"), "5", 1, 0),
-    (R("\\boxed 5"), "5", 1, 0),
-    ("</think> <answer>4</answer> <answer>5</answer>", "5", 1, 1),
-]
-
-# The same responses under the strict anti-hack rule (r1_zero_strict_reward_fn): the old FORMAT table.
-STRICT_FORMAT = [
-    (R("5"), "5", 1, 1),
-    (R("6"), "5", 1, 0),
-    ("no tags at all 5", "5", 0, 0),
-    ("</think> <answer>5", "5", 0, 0),
-    ("</think> <answer>5</answer> trailing text", "5", 0, 0),
-    ("</think> <answer>5</answer> <answer>5</answer>", "5", 0, 0),
-    ("</think> <answer><answer>5</answer></answer>", "5", 0, 0),
-    ("<answer>5</answer>", "5", 0, 0),
-    ("x </think>\n\n<answer> 5 </answer>\n", "5", 1, 1),
-    ("</think></think> <answer>5</answer>", "5", 0, 0),
-    ("</think> <answer></answer>", "5", 1, 0),
-    ("</think> <answer>5</answer></think>", "5", 0, 0),
-    ("<think>a</think> <answer>5</answer>", "5", 1, 1),
-    ("a <think> b</think> <answer>5</answer>", "5", 0, 0),
-    (R("\\boxed{4} so \\boxed{5}"), "5", 1, 0),
-]
-
-HOSTILE = [
-    "9**9**9**9",
-    "(10**9)!",
-    "2**2**2**2**2**2",
-    "9^{9^{9^9}}",
-    "\\text{" * 32000,
-    "1" * 100_000,
-    "(" * 500 + "1" + ")" * 500,
-    "(1).__class__",
-    "__import__('os').system('echo pwned')",
-    "2^{100000000}",
-    "10^{10^{10}}",
-    "x^{99999999}",
-    "\\frac{1}{0}",
-    "Ы + 1",
-    "lambda: 1",
-    "1e999999",
-]
-
-# Real MATH notation that screening refused before normalization ran (A4), and one-answer-one-value cases that
-# used to match (B4): (answer inside <answer>, ground truth, expected answer reward).
-NOTATION = [
-    ("10,\\!000", "10000", 1),
-    ("\\$1,\\!000", "1000", 1),
-    ("5!", "120", 1),
-    ("3!", "6", 1),
-    ("0!", "1", 1),
-    ("10~\\text{cm}", "10", 1),
-    ("1\\;000", "1000", 1),
-    ("\\frac{1}{2}\\quad", "0.5", 1),
-    ("2^{10}\\,", "1024", 1),
-    ("1001!", "1", 0),
-    ("(10^{6})!", "1", 0),
-    ("3²", "9", 1),
-    ("x²", "x^2", 1),
-    ("１２", "12", 1),
-    ("−5", "-5", 1),
-    ("3²", "32", 0),
-    ("5 0", "0", 0),
-    ("\\ldots 3", "3", 0),
-    ("3_0", "3", 0),
-    ("3₀", "3", 0),
-    ("\\pi = 2\\sqrt{3}", "\\pi", 0),
-    ("x = 2\\sqrt{3}", "\\pi", 0),
-    ("\\pi = 2\\sqrt{3}", "2\\sqrt{3}", 0),
-    ("2\\frac{1}{2}", "1", 0),
-    ("x2", "2x", 0),
-    ("voDen", "\\text{Devon}", 0),
-    ("\\text{Devon}", "Devon", 1),
-    ("1, 2, 3, \\ldots", "6", 0),
-    ("3½", "3.5", 1),
-    ("3½", "\\frac{3}{2}", 0),
-    ("1.41421356237", "\\sqrt{2}", 0),
-    ("10^{60}\\sqrt{2} + 1", "10^{60}\\sqrt{2}", 0),
-    ("\\frac{1}{\\infty}", "0", 0),
-    ("\\sqrt{2}+\\sqrt{3}", "\\sqrt{5+2\\sqrt{6}}", 1),
-    ("\\sin^2 x + \\cos^2 x", "1", 1),
-    ("20\\text{ cm}^2", "20", 1),
-    ("36\\pi\\text{ cm}^3", "36\\pi", 1),  # a unit after \\pi (review 2026-11-30)
-    ("16\\pi\\text{ square units}", "16\\pi", 1),
-    ("16\\pi", "16\\pi\\text{ square units}", 1),
-    ("2\\pi\\text{ cm}^3", "36\\pi", 0),
-    ("x\\text{ cm}", "x", 0),  # after a variable the block stays: not unit stripping
-    ("\\log_2 8 - 3", "0", 1),  # exact zero with no significant digits: proved, not "not comparable"
-    ("\\ln 6-\\ln 2-\\ln 3", "0", 1),
-    ("\\log_2 8 - 2", "0", 0),
-    ("\\log_2 8", "3", 1),
-    ("\\lfloor \\pi \\rfloor", "3", 1),
-    ("\\sqrt[3]{27}", "3", 1),
-]
-
-# Universal answers that scored 1.0 against anything (B1) and their ground truths.
-UNIVERSAL = [
-    ("\\infty", "42"),
-    ("-\\infty", "42"),
-    ("10^{400}\\pi", "42"),
-    ("\\exp(1000)", "42"),
-    ("\\binom{10^{60}}{10^{30}}", "42"),
-    ("3", "\\infty"),
-    ("-\\infty", "\\infty"),
-    ("\\infty", "-\\infty"),
-    ("\\infty + 1", "\\infty"),
-    ("\\pm\\infty", "\\infty"),
-    ("0/0", "0"),
-    ("\\frac{0}{0}", "1"),
-    ("10^{100}\\cdot 10^{100}", "10^{200}"),
-    ("\\exp(1000)", "\\exp(1000) + 1"),
-]
-
-# Red-team review, false positives: (answer, ground truth) pairs of different values (or of text that renders
-# differently from what a parser reads) that scored 1.0 and must score 0.
-REDTEAM_DIFFERENT = [
-    ("\\sin(0)+(2)(3)", "5"),
-    ("\\cos(0)\\cdot 2(3)", "5"),
-    ("\\sin 0 + {5}{6}", "11"),
-    ("{5}{6}", "11"),
-    ("5{6}", "11"),
-    ("5{6}", "30"),
-    ("[5][6]", "11"),
-    ("\\sin 0 + [5][6]", "11"),
-    ("\\sin 0 + 5 m", "5"),
-    ("\\sin 0 + 5 s", "5"),
-    ("\\sin 0 + 3\\sqrt{4}", "5"),
-    ("\\sin 0 + 2^{2}\\frac{1}{2}", "4.5"),
-    ("\\sin0+2\\frac{1}{2}", "1"),
-    ("\\sin 0 + \\frac{1}{2}3", "\\frac{3}{2}"),
-    ("\\sin 0 + x^{2}3", "3x^2"),
-    ("\\sin 0 + X", "x"),
-    ("x(3)\\sin 1", "3x\\sin 1"),
-    ("\\operatorname{sec}(0)", "0"),
-    ("\\mathrm{min}(3,5)", "(3,5)"),
-    ("5\\text{ times }6", "56"),
-    ("1%2", "12"),
-    ("5$6", "56"),
-    ("5\\%6", "56"),
-    ("y=3", "x=3"),
-    ("x=-\\frac12x+3", "y=-\\frac12x+3"),
-    ("-\\frac12x+3", "y=-\\frac12x+3"),
-    ("x = x+1", "x+1"),
-    ("on", "\\text{no}"),
-    ("yx", "xy"),
-    ("\\text{(E)}", "e"),
-    ("(A)", "a"),
-    ("E", "e"),
-    ("c", "C"),
-    ("3!!", "720"),
-    ("3!!", "3"),
-    ("\\sqrt23", "\\sqrt{23}"),
-    ("2{5}", "10"),
-    ("2{5}", "25"),
-    ("0,500", "500"),
-    ("\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}"),
-    ("2\\frac{1}{2}", "1"),
-    ("2\\frac{1}{2}", "2"),
-    ("2\\frac{3}{2}", "\\frac72"),
-    ("-2\\frac{1}{2}", "-\\frac32"),
-    ("2\\frac{1}{2}x", "\\frac52 x"),
-    ("5 \\$6", "56"),
-    ("3...", "3"),
-]
-
-# Red-team review, correct answers that scored 0, and juxtapositions whose product is what they render.
-REDTEAM_EQUAL = [
-    ("\\sin(0)+(2)(3)", "6"),
-    ("\\cos(0)\\cdot 2(3)", "6"),
-    ("2\\frac{1}{2}", "\\frac52"),
-    ("\\frac52", "2\\frac{1}{2}"),
-    ("2.5", "2\\frac{1}{2}"),
-    ("-2\\frac{1}{2}", "-2.5"),
-    ("\\boxed {5}", "5"),
-    ("\\varnothing", "\\emptyset"),
-    ("\\{\\}", "\\emptyset"),
-    ("|-3|", "3"),
-    ("evelyn", "\\text{Evelyn}"),
-    ("\\text{No}", "\\text{no}"),
-    ("x=3", "3"),
-    ("3", "x=3"),
-    ("x = 3", "x=\\frac{6}{2}"),
-    ("y = -\\frac{1}{2}x+3", "y=-\\frac12x+3"),
-    ("y = 2x+1", "2x+1"),
-    ("x=2, x=-2", "2,-2"),
-    ("(c)", "C"),
-    ("\\sin 0 + x", "x"),
-    ("x \\leq 3", "x \\le 3"),
-    ("-\\$5", "-5"),
-    ("25\\%", "25"),
-    ("\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}", "\\begin{vmatrix}1 & 2\\\\3&4\\end{vmatrix}"),
-    ("\\log_{2}8", "3"),
-    ("\\log_2{8}", "3"),
-    ("\\sqrt[3]{8}\\cdot\\sin(\\frac{\\pi}{2})", "2"),
-    ("(3!)!", "720"),
-    ("\\frac{1}{2}(3)\\sin(x)", "1.5\\sin x"),
-    ("(10\\%, 20\\%)", "(10,20)"),
-    ("5\\%.", "5"),
-]
-
-# Red-team review, hangs (17 s to over 120 s inline): graded through the killable single-call worker, each must
-# come back well inside the time limit, not as a timeout.
-REDTEAM_SLOW = [
-    ("\\sin(\\exp(\\exp(20)))", "5"),
-    ("\\lfloor \\exp(10^{7}) \\rfloor", "5"),
-    ("\\sin(0)+\\sqrt[0.0000001]{99}", "5"),
-    ("5+(a+b+c+d+e+f+g)^{40}-\\frac{(2a+2b+2c+2d+2e+2f+2g)^{40}}{2^{40}}", "5"),
-    ("7+(a+b+c+d+e)^{20}-\\frac{(2a+2b+2c+2d+2e)^{20}}{2^{20}}", "7"),
-    ("\\sin((\\exp(230))^{400})", "5"),
-    ("\\sin(\\cosh(10^{90}))", "5"),
-    ("\\tan(x)^{400}", "5"),
-    ("\\sin(\\frac{10^{90}}{1}^{400})", "5"),
-    ("\\sin(\\exp(10^{90}x))", "5"),
-    (
-        "5+(\\sqrt{2}+\\sqrt{3}+\\sqrt{5}+\\sqrt{7})^{60}"
-        "-\\frac{(2\\sqrt{2}+2\\sqrt{3}+2\\sqrt{5}+2\\sqrt{7})^{60}}{2^{60}}",
-        "5",
-    ),
-    ("\\sin(" * 23 + "x" + ")" * 23, "5"),
-]
 
 
 @pytest.mark.parametrize("ans,gt", REDTEAM_DIFFERENT)
@@ -410,7 +105,7 @@ def test_batch_api_bounded_and_correct():
 
 
 def test_batch_timeout_replaces_worker():
-    with GraderPool("tests.slow_grader:slow_reward", workers=1, timeout_s=1.0) as pool:
+    with GraderPool("tests.support.slow_grader:slow_reward", workers=1, timeout_s=1.0) as pool:
         out = pool.map(["sleep", "fast", "sleep", "fast"], ["1"] * 4)
     assert [o["status"] for o in out] == ["timeout", "custom", "timeout", "custom"]
     assert [o["reward"] for o in out] == [0.0, 1.0, 0.0, 1.0]
@@ -521,9 +216,9 @@ def test_pool_strict_path_uses_detailed_grader():
 
 
 def test_custom_grader_calling_ours_and_crashing():
-    with GraderPool("tests.slow_grader:nested_reward", workers=1, timeout_s=5.0) as pool:
+    with GraderPool("tests.support.slow_grader:nested_reward", workers=1, timeout_s=5.0) as pool:
         assert [o["reward"] for o in pool.map([R("2"), R("3")], ["2", "2"])] == [1.0, 0.0]
-    with GraderPool("tests.slow_grader:crashing_reward", workers=1, timeout_s=5.0) as pool:
+    with GraderPool("tests.support.slow_grader:crashing_reward", workers=1, timeout_s=5.0) as pool:
         out = pool.map([R("2"), R("3")], ["2", "2"])
     assert [o["status"] for o in out] == ["error", "error"] and "bug in a custom grader" in out[0]["detail"]
 
@@ -577,7 +272,7 @@ def test_single_call_worker_that_cannot_start_scores_zero(monkeypatch):
 _ORPHAN_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from a5core.grader.pool import GraderPool
-    pool = GraderPool("tests.slow_grader:slow_reward", workers=2, timeout_s=60)
+    pool = GraderPool("tests.support.slow_grader:slow_reward", workers=2, timeout_s=60)
     pool.map(["fast", "fast"], ["1", "1"])
     print(" ".join(str(s.proc.pid) for s in pool.slots), flush=True)
     for s in pool.slots:  # one worker idle in recv(), one busy in an item, when the parent dies
@@ -611,7 +306,7 @@ def test_workers_exit_quietly_when_parent_dies():
 
 
 def test_interrupted_map_leaves_no_stale_results(monkeypatch):
-    with GraderPool("tests.slow_grader:echo_reward", workers=2, timeout_s=30.0) as pool:
+    with GraderPool("tests.support.slow_grader:echo_reward", workers=2, timeout_s=30.0) as pool:
         assert [o["reward"] for o in pool.map(["a", "b"], ["a", "b"])] == [1.0, 1.0]
         calls = {"n": 0}
         collect = pool._collect
@@ -633,7 +328,7 @@ def test_interrupted_map_leaves_no_stale_results(monkeypatch):
 
 
 def test_failed_start_up_leaves_no_dead_worker(monkeypatch):
-    pool = GraderPool("tests.slow_grader:echo_reward", workers=1)
+    pool = GraderPool("tests.support.slow_grader:echo_reward", workers=1)
     monkeypatch.setattr(pool_mod, "STARTUP_TIMEOUT_S", 0.0)
     with pytest.raises(RuntimeError, match="did not start"):
         pool.map(["a"], ["a"])

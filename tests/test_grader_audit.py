@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from a5core.base.records import GradedSample
 from a5core.grader import GraderPool
 from a5core.grader.audit import AUDIT_PATH, audit_inline, audit_metrics, top_rewarded, verdicts
 from a5core.grader.pool import failed, timeout_result
-from a5core.records import GradedSample
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_the_pool_audits_in_its_own_workers_and_leaves_rewards_alone():
 
 
 def test_the_audit_table_reads_grpo_and_ei_logs(tmp_path):
-    from a5core.history import write_csv
+    from a5core.run.history import write_csv
     from tools.audit import table
 
     logs = tmp_path / "grpo" / "r" / "logs"

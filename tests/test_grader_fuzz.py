@@ -31,7 +31,7 @@ from a5core.grader import pool as pool_mod
 from a5core.grader.extract import boxed_contents, extract_question_only, extract_r1_zero, extract_r1_zero_strict
 from a5core.grader.normalize import normalize, screen
 from a5core.grader.parse import tokenize
-from tests.hostile_inputs import MACROS
+from tests.support.hostile_inputs import MACROS
 
 GRADER_DIR = pathlib.Path(__file__).resolve().parents[1] / "a5core" / "grader"
 CALL_LIMIT_S = single.SINGLE_CALL_TIMEOUT_S + 1.0  # the bound plus pipe transfer

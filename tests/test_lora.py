@@ -1,5 +1,5 @@
-"""LoRA through PEFT (model.lora_rank; a5core/lora.py): adapters only are trained, merged weights are what the engine
-and every saved model folder get, SFT and GRPO train with them, and a killed GRPO run resumes bit-identically."""
+"""LoRA through PEFT (model.lora_rank; a5core/model/lora.py): adapters only are trained, merged weights are what the
+engine and every saved model folder get, SFT and GRPO train with them, and a killed GRPO run resumes bit-identically."""
 
 import copy
 
@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from a5core import lora, plan
-from a5core.checkpoint import Checkpointer
-from a5core.optim import make_optimizer
-from a5core.pipeline import save_policy
-from a5core.sft import SFTConfig, encode_examples, sft_step
-from tests.test_rl_loops import _cfg, _grpo
-from tests.test_training import ROWS
+from a5core.model import lora
+from a5core.model.optim import make_optimizer
+from a5core.rl.sft import SFTConfig, encode_examples, sft_step
+from a5core.run import plan
+from a5core.stage.training import save_policy
+from tests.support.loops import SFT_ROWS, grpo_cfg, run_grpo
+from tests.support.resume import checkpointer, straight_killed_resumed
 
 TARGETS = ("q_proj", "v_proj", "up_proj", "down_proj")
 
@@ -68,7 +68,7 @@ def test_an_sft_step_moves_the_adapters_and_leaves_the_base_weights(tiny):
     base = {n: p.detach().clone() for n, p in policy.named_parameters() if not p.requires_grad}
     adapters = {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
     opt = make_optimizer(policy, 1e-2)
-    sft_step(policy.train(), encode_examples(tok, ROWS[:4]), SFTConfig(micro_batch_size=2), 0, torch.device("cpu"))
+    sft_step(policy.train(), encode_examples(tok, SFT_ROWS[:4]), SFTConfig(micro_batch_size=2), 0, torch.device("cpu"))
     opt.step()
     params = dict(policy.named_parameters())
     assert all(torch.equal(params[n], t) for n, t in base.items())
@@ -77,14 +77,15 @@ def test_an_sft_step_moves_the_adapters_and_leaves_the_base_weights(tiny):
 
 def test_grpo_with_lora_trains_and_resumes_bit_identically(tiny, tmp_path):
     model, tok = tiny
-    cfg = _cfg(n_grpo_steps=3)
-    straight = _lora(model)
-    _grpo(straight, tok, tmp_path / "a", cfg)
-    ck = tmp_path / "ck"
-    with pytest.raises(KeyboardInterrupt):
-        _grpo(_lora(model), tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1), die_at=3)
-    resumed = _lora(model)
-    _grpo(resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1))
+    cfg = grpo_cfg(n_grpo_steps=3)
+
+    def run(name, kill_at):
+        policy = _lora(model)
+        run_grpo(policy, tok, tmp_path / name, cfg, ckpt=checkpointer(tmp_path, name), die_at=kill_at)
+        return policy
+
+    out = straight_killed_resumed(run, 3)
+    straight, resumed = out.straight, out.resumed
     moved = [not torch.equal(p, q) for p, q in zip(straight.parameters(), _lora(model).parameters())]
     assert any(moved)
     assert all(torch.equal(p, q) for p, q in zip(straight.parameters(), resumed.parameters()))
@@ -92,8 +93,8 @@ def test_grpo_with_lora_trains_and_resumes_bit_identically(tiny, tmp_path):
 
 def test_the_plan_counts_adapters_instead_of_full_gradients_and_moments():
     qwen = plan.Arch.of(plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"])
-    # per layer at rank 8: q and o 8 x (1536 + 1536), k and v 8 x (1536 + 256), gate and up 8 x (1536 + 8960),
-    # down 8 x (8960 + 1536)
+    # per layer at rank 8: q and o 8 x (1536 + 1536), k and v 8 x (1536 + 256), gate and up 8 x (1536 + 8960), down 8 x
+    # (8960 + 1536)
     per_layer = 8 * (2 * 3072 + 2 * 1792 + 3 * 10496)
     assert plan.lora_parameters(qwen, 8, lora.DEFAULT_TARGETS) == 28 * per_layer == 9_232_384
     full = plan.training_memory(qwen, "bfloat16", 2, 1324)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a5core.config import SECTIONS, _section_class, check_params, section_problems
-from a5core.typed import ConfigError, read_params
+from a5core.base.typed import ConfigError, read_params
+from a5core.checks.params import SECTIONS, _section_class, check_params, section_problems
 from tools import profile as profile_tool
 
 ROOT = Path(__file__).resolve().parents[1]

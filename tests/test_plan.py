@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a5core import plan
-from a5core.config import GenerationConfig
+from a5core.config.sections import GenerationConfig
 from a5core.data import adapters
+from a5core.run import plan
+from tests.support.plans import QWEN, full_params
 
 ROOT = Path(__file__).resolve().parents[1]
-QWEN = plan.Arch.of(plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"])
 
 
 def test_qwen_parameter_count_by_hand():
@@ -38,34 +38,24 @@ def test_training_memory_by_hand():
     assert sum(m.values()) == pytest.approx(25.6, abs=0.05)
 
 
-def _full(tmp_path, **edits):
-    params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
-    for key, value in edits.items():
-        section, field = key.split("__")
-        params[section][field] = value
-    p = tmp_path / "params.yaml"
-    p.write_text(yaml.safe_dump(params))
-    return p
-
-
 def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
-    lines, fits = plan.report(_full(tmp_path), 80, tmp_path / "no-model")
+    lines, fits = plan.report(full_params(tmp_path), 80, tmp_path / "no-model")
     assert fits and "GPU 1 (vLLM engine)" in "\n".join(lines)
     # the largest micro-batch: SFT, 2 traces of the prompt (300) + the longest kept trace (1,500 tokens)
-    assert plan.worst_case(yaml.safe_load(_full(tmp_path).read_text())) == (2, 1800)
+    assert plan.worst_case(yaml.safe_load(full_params(tmp_path).read_text())) == (2, 1800)
     two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
     assert two_gpu[0].total == pytest.approx(25.6, abs=0.05) and two_gpu[1].total == pytest.approx(68.0)
-    fp32 = _full(tmp_path, model__dtype="float32", model__weight_update="nearest", generation__layout="one_gpu")
+    fp32 = full_params(tmp_path, model__dtype="float32", model__weight_update="nearest", generation__layout="one_gpu")
     lines, fits = plan.report(fp32, 80, tmp_path / "no-model")
     assert not fits and "Refused" in lines[-1]
     r = subprocess.run(
-        [sys.executable, "-m", "a5core.plan", "--params", str(fp32), "--model-dir", str(tmp_path)],
+        [sys.executable, "-m", "a5core.run.plan", "--params", str(fp32), "--model-dir", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert r.returncode == 1 and "DOES NOT FIT" in r.stdout
-    one_gpu = _full(tmp_path, generation__layout="one_gpu", generation__gpu_memory_utilization=0.3)
+    one_gpu = full_params(tmp_path, generation__layout="one_gpu", generation__gpu_memory_utilization=0.3)
     assert plan.report(one_gpu, 80, tmp_path / "no-model")[1]  # bf16, colocated with sleep mode and 30% for vLLM
 
 
@@ -147,20 +137,20 @@ def test_chunked_logits_and_checkpointing_by_hand():
 
 
 def test_auto_picks_the_largest_micro_batch_that_fits_and_a_number_is_kept(tmp_path):
-    path = _full(tmp_path)
+    path = full_params(tmp_path)
     tokens = plan.planned_tokens(path, 80, tmp_path / "no-model")
     assert tokens >= 8 * 1324  # the acceptance: at least 8 of the longest GRPO rollouts on an 80 GB card
     params, model, gen, arch = plan._inputs(path, tmp_path / "no-model")
     fits = [plan.training_plans(params, arch, model, gen, t, 80)[0] for t in (tokens, tokens + 1)]
     assert fits[0].total <= 0.9 * 80 < fits[1].total  # the largest within the headroom
     assert plan.planned_tokens(path, 141, tmp_path / "no-model") > tokens
-    assert plan.planned_tokens(_full(tmp_path, model__micro_batch_tokens=4000), 80, tmp_path / "no-model") == 4000
-    lines, fits = plan.report(_full(tmp_path, model__micro_batch_tokens=1000), 80, tmp_path / "no-model")
+    assert plan.planned_tokens(full_params(tmp_path, model__micro_batch_tokens=4000), 80, tmp_path / "no-model") == 4000
+    lines, fits = plan.report(full_params(tmp_path, model__micro_batch_tokens=1000), 80, tmp_path / "no-model")
     assert not fits and "1000 tokens" in lines[1]  # no room for a sequence of 1,800 tokens: refused
 
 
 def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
-    lines, fits = plan.report(_full(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
+    lines, fits = plan.report(full_params(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
     assert not fits and "model.logits_chunk" in lines[-1]
 
 
@@ -182,7 +172,7 @@ def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_the_root_and_for
 
 
 def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path):
-    sharded = _full(tmp_path, distributed__nproc=8, distributed__strategy="fsdp2", generation__layout="one_gpu")
+    sharded = full_params(tmp_path, distributed__nproc=8, distributed__strategy="fsdp2", generation__layout="one_gpu")
     sharded.write_text(sharded.read_text().replace("gpu_memory_utilization: 0.85", "gpu_memory_utilization: 0.5"))
     lines, fits = plan.report(sharded, 80, tmp_path / "no-model")
     assert fits and "distributed: 8 rank(s), fsdp2; every number is per GPU" in lines
@@ -192,5 +182,5 @@ def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path)
     sharded.write_text(with_hf)
     lines, _ = plan.report(sharded, 80, tmp_path / "no-model")
     assert any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)
-    lines, fits = plan.report(_full(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model")  # two_gpu, vllm
+    lines, fits = plan.report(full_params(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model")  # two_gpu, vllm
     assert not fits and any("layout one_gpu" in line for line in lines)

@@ -6,8 +6,8 @@ import json
 import pytest
 from matplotlib.colors import to_rgba
 
-from a5core.plots import ablation_groups, make_plots
-from a5core.summary import summary_markdown
+from a5core.report.plots import ablation_groups, make_plots
+from a5core.report.summary import summary_markdown
 
 EI_LAST = "{root}/results/ei/{{run}}/round_2"  # the last round's folder holds the whole history
 HEAD = {
@@ -131,9 +131,9 @@ def test_a_configured_run_without_results_is_an_error(tmp_path):
 
 
 def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
-    from a5core.evaluation import Evaluation
-    from a5core.pipeline import paired_summary, validation_record
-    from a5core.plots import Result
+    from a5core.report.plots import Result
+    from a5core.run.evaluation import Evaluation
+    from a5core.stage.training import paired_summary, validation_record
 
     def evaluation(acc: dict, maj: dict) -> Evaluation:
         metrics = {"eval/accuracy": sum(acc.values()) / len(acc), "count/questions": len(acc)}
@@ -155,7 +155,7 @@ def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
 
 
 def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     _results(tmp_path / "results")
     _write(
@@ -176,7 +176,7 @@ def test_seed_replicates_are_drawn_as_thin_lines_of_their_run_s_color(tmp_path, 
 
 
 def test_ei_seed_replicates_are_drawn_from_their_own_chain_s_last_round(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     _results(tmp_path / "results")
     _write(
@@ -214,7 +214,7 @@ def _grpo_run(root, name, steps=4, audit=0.0, wall=True):
 
 def _figures(monkeypatch):
     """Every figure a call draws, by name (not saved)."""
-    from a5core import plots
+    from a5core.report import plots
 
     figures = {}
     monkeypatch.setattr(plots, "_save", lambda fig, out, name: figures.__setitem__(name, fig) or name)
@@ -233,7 +233,7 @@ def _run_lines(fig) -> dict[str, tuple]:
 
 
 def test_run_styles_number_runs_within_a_family_and_stay_distinct_past_twelve():
-    from a5core.plots import PALETTE, run_styles
+    from a5core.report.plots import PALETTE, run_styles
 
     keys = [f"grpo/run{i}" for i in range(14)] + ["sft/full", "ei/G4"]
     styles = run_styles(keys)
@@ -270,7 +270,7 @@ def test_one_style_per_run_in_every_panel_and_figure(tmp_path, monkeypatch):
 
 
 def test_seed_replicates_are_named_once_in_the_legend(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     figures = _figures(monkeypatch)
     _grpo_run(tmp_path / "results", "r")
@@ -287,7 +287,7 @@ def test_seed_replicates_are_named_once_in_the_legend(tmp_path, monkeypatch):
 
 
 def test_audit_panels_are_drawn_only_when_some_share_is_not_zero(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     figures = _figures(monkeypatch)
     for name, audit in (("zero", 0.0), ("flagged", 0.25)):
@@ -302,7 +302,7 @@ def test_audit_panels_are_drawn_only_when_some_share_is_not_zero(tmp_path, monke
 
 
 def test_step_axes_have_integer_ticks_and_plain_labels(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     figures = _figures(monkeypatch)
     _grpo_run(tmp_path / "results", "r", steps=3)  # entropy 6.382101 to 6.382103: an offset axis before
@@ -327,7 +327,7 @@ def test_step_axes_have_integer_ticks_and_plain_labels(tmp_path, monkeypatch):
 
 
 def test_every_evaluation_is_drawn_and_the_subset_ones_are_hollow(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     figures = _figures(monkeypatch)
     _grpo_run(tmp_path / "results", "r", steps=6)
@@ -342,7 +342,7 @@ def test_every_evaluation_is_drawn_and_the_subset_ones_are_hollow(tmp_path, monk
 
 
 def test_wall_clock_comes_from_the_run_records_when_given(tmp_path, monkeypatch):
-    from a5core import plots
+    from a5core.report import plots
 
     figures = _figures(monkeypatch)
     _grpo_run(tmp_path / "results", "r", wall=False)

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from a5core.stats import min_detectable_difference
+from a5core.base.stats import min_detectable_difference
 from tools.power import grid
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from a5core.config import ConfigError, ModelConfig, from_dict
-from a5core.optim import KahanAdamW, make_optimizer
+from a5core.config.sections import ConfigError, ModelConfig, from_dict
+from a5core.model.optim import KahanAdamW, make_optimizer
 
 LR, BETAS = 1e-5, (0.9, 0.95)
 
@@ -100,8 +100,8 @@ def test_weight_update_setting_is_checked():
 
 
 def test_plan_states_what_each_precision_costs_per_gpu():
-    from a5core import plan
-    from a5core.config import GenerationConfig
+    from a5core.config.sections import GenerationConfig
+    from a5core.run import plan
 
     qwen = plan.Arch.of(plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"])
     per_param = {name: gb * plan.GB / qwen.parameters for name, gb in plan.precision_costs(qwen).items()}
@@ -124,8 +124,8 @@ def test_plan_states_what_each_precision_costs_per_gpu():
 @pytest.mark.parametrize("update", ["kahan", "stochastic_round"])
 def test_a_resumed_run_continues_exactly(tmp_path, update):
     """Checkpointer's save/restore (weights_only load) keeps the optimizer's state, compensation and lr included."""
-    from a5core.checkpoint import Checkpointer
-    from a5core.optim import make_schedule
+    from a5core.model.optim import make_schedule
+    from a5core.run.checkpoint import Checkpointer
 
     torch.manual_seed(0)
     start = (torch.randn(2048) * 0.02).to(torch.bfloat16)
@@ -161,15 +161,15 @@ def test_the_sft_loop_trains_bf16_weights_with_the_configured_update(tiny, tmp_p
     """What a stage does: pipeline.training_start configures model.weight_update; the loop's optimizer follows it."""
     import copy
 
-    from a5core import optim
-    from a5core.sft import SFTConfig, train_sft
-    from tests.loop_fakes import METRICS, DyingHistory, StubValidator
+    from a5core.model import optim
+    from a5core.rl.sft import SFTConfig, train_sft
+    from tests.support.loops import METRICS, DyingHistory, StubValidator
 
     monkeypatch.setattr(optim, "_configured", "nearest")  # restored after the test
     optim.configure("stochastic_round")
     built = []
     real = optim.make_optimizer
-    monkeypatch.setattr("a5core.sft.make_optimizer", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    monkeypatch.setattr("a5core.rl.sft.make_optimizer", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     model = copy.deepcopy(tiny[0]).to(torch.bfloat16)
     start = [p.detach().clone() for p in model.parameters()]
     rows = [{"unique_id": str(i), "prompt": f"{i} + 1 =", "response": f" {i + 1}</answer>"} for i in range(4)]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a5core import preflight
-from a5core.preflight import Machine
+from a5core.run import preflight
+from a5core.run.preflight import Machine
+from tests.support.profiles import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
@@ -48,8 +49,7 @@ def test_a_gpu_profile_is_refused_without_cuda_and_says_why():
 def test_cpu_profiles_and_a_working_machine_pass():
     cpu_build = Machine(False, 0, "2.13.0+cpu", None, None)
     for profile in ("default", "smoke", "full-mini", "cpu-study"):
-        params = yaml.safe_load((ROOT / "conf" / "profile" / f"{profile}.yaml").read_text())
-        assert preflight.problems(params, cpu_build) == [], profile
+        assert preflight.problems(composed(profile), cpu_build) == [], profile
     assert preflight.problems(_params(), H100) == []
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from a5core import (
+from a5core.handout import (
     compute_entropy,
     compute_group_normalized_rewards,
     compute_grpo_clip_loss,
@@ -18,7 +18,7 @@ from a5core import (
     sft_microbatch_train_step,
     tokenize_prompt_and_output,
 )
-from a5core.tokenization import tokenize_ids
+from a5core.model.tokenization import tokenize_ids
 
 
 def test_tokenize_layout_and_mask():
@@ -177,7 +177,7 @@ def test_sft_loss_ignores_prompt_logits_and_prompt_positions_get_zero_grad(tiny)
     batch = tokenize_prompt_and_output(["Compute 2 + 3."], [" 2 + 3 = 5. </think> <answer>5</answer>"], tok)
     embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_(True)
     logits = model(inputs_embeds=embeds).logits
-    from a5core.logprobs import label_log_probs
+    from a5core.model.logprobs import label_log_probs
 
     lp = label_log_probs(logits, batch["labels"])
     lp.retain_grad()

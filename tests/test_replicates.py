@@ -1,13 +1,19 @@
-"""a5core.replicates: the hierarchical interval and test against hand-computed cases, the config's rules, and the
+"""a5core.report.replicates: the hierarchical interval and test against hand-computed cases, the config's rules, and the
 replicate files the summary reads."""
 
 import json
 
 import pytest
 
-from a5core.config import ConfigError
-from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test, replicate_scores, score_matrix
-from a5core.stats import bootstrap_mean, paired_test
+from a5core.base.stats import bootstrap_mean, paired_test
+from a5core.config.sections import ConfigError
+from a5core.report.replicates import (
+    ReplicatesConfig,
+    hierarchical_interval,
+    hierarchical_test,
+    replicate_scores,
+    score_matrix,
+)
 
 QUESTIONS = [f"q{i}" for i in range(40)]
 
@@ -64,7 +70,7 @@ def test_the_config_refuses_a_repeated_seed_or_run():
 
 
 def test_check_params_refuses_a_replicate_of_a_run_that_does_not_exist(tmp_path):
-    from a5core.inputs import replicate_problems
+    from a5core.checks.inputs import replicate_problems
 
     params = {"grpo_runs": {"a": {}}, "sft_runs": {"s": {}}, "ei_runs": {"G4": {}}}
     params["replicates"] = {"grpo_runs": ["a", "b"], "sft_runs": ["t"], "ei_runs": ["G4", "G9"]}
@@ -108,12 +114,13 @@ def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
 
 
 def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
-    """a5core.inputs expands dvc.yaml's matrices as DVC names them, so an init_policy or a stage's input model can be
+    """a5core.checks.inputs expands dvc.yaml's matrices as DVC names them, so an init_policy or a stage's input model
+    can be
     traced to the replicate stage that writes it."""
     from pathlib import Path
 
-    from a5core.config import read_params
-    from a5core.inputs import dag_outputs, dag_stages
+    from a5core.config.sections import read_params
+    from a5core.run.dag import dag_outputs, dag_stages
 
     root = Path(__file__).resolve().parents[1]
     params = read_params(root / "params.yaml")

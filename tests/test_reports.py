@@ -1,7 +1,7 @@
 """Model text in reports is inert: escaped for Markdown and HTML, its own tags visible as text."""
 
-from a5core.records import GradedSample
-from a5core.reports import eval_case_report, md_cell
+from a5core.base.records import GradedSample
+from a5core.run.stage_reports import eval_case_report, md_cell
 
 HOSTILE = [
     "<script>alert(1)</script>",

@@ -7,55 +7,31 @@ from dataclasses import replace
 import pytest
 import torch
 
-import a5core.ei as ei_mod
-import a5core.grpo as grpo_mod
-from a5core import losses
-from a5core.checkpoint import Checkpointer
-from a5core.config import ConfigError, from_dict
-from a5core.ei import EIConfig, NoCorrectSamples, ei_round, history_row, select_kept
-from a5core.evaluation import RunResult
-from a5core.grpo import GRPOConfig, train_grpo
-from a5core.logprobs import get_response_log_probs
-from a5core.prompts import build_prompt
-from a5core.records import GradedSample
-from a5core.sft import SFTConfig
-from a5core.tokenization import tokenize_prompt_and_output
-from tests.loop_fakes import METRICS, ROWS, DyingHistory, StubBackend, StubPool, StubValidator, stub_evaluation
-
-INITIAL = {"metrics": METRICS, "per_question": {"q0": 0.0}}
-
-
-def _cfg(**kw):
-    base = dict(
-        n_grpo_steps=2,
-        lr=3e-3,
-        rollout_batch_size=8,
-        group_size=4,
-        train_batch_size=8,
-        gradient_accumulation_steps=2,
-        max_tokens=8,
-        eval_every=0,
-        eval_examples=2,
-        checkpoint_every=1,
-    )
-    return GRPOConfig(**{**base, **kw})
-
-
-def _grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None):
-    with DyingHistory(folder, die_at) as history:
-        result = train_grpo(
-            policy,
-            tok,
-            backend or StubBackend(tok, list(texts)),
-            train_rows=ROWS,
-            cfg=cfg,
-            pool=StubPool(),
-            validate=StubValidator(),
-            history=history,
-            ckpt=ckpt,
-            initial=INITIAL,
-        )
-    return result.details, history
+import a5core.rl.ei as ei_mod
+import a5core.rl.grpo as grpo_mod
+import a5core.rl.grpo_config as grpo_config
+from a5core.base.records import GradedSample
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import ConfigError, from_dict
+from a5core.model.logprobs import get_response_log_probs
+from a5core.model.tokenization import tokenize_prompt_and_output
+from a5core.rl import losses
+from a5core.rl.ei import EIConfig, NoCorrectSamples, ei_round, history_row, select_kept
+from a5core.rl.grpo import GRPOConfig
+from a5core.rl.sft import SFTConfig
+from a5core.run.evaluation import RunResult
+from tests.support.loops import (
+    METRICS,
+    ROWS,
+    DyingHistory,
+    StubBackend,
+    StubPool,
+    StubValidator,
+    grpo_cfg,
+    run_grpo,
+    stub_evaluation,
+)
+from tests.support.resume import checkpointer, straight_killed_resumed
 
 
 def _margin(model, tok):
@@ -71,7 +47,7 @@ def test_grpo_moves_policy_toward_rewarded_output(tiny, tmp_path):
     model, tok = tiny
     policy = copy.deepcopy(model)
     before = _margin(policy, tok)
-    _grpo(policy, tok, tmp_path, _cfg(n_grpo_steps=3))
+    run_grpo(policy, tok, tmp_path, grpo_cfg(n_grpo_steps=3))
     assert _margin(policy, tok) > before + 0.1
 
 
@@ -86,14 +62,14 @@ def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, tm
         return out
 
     monkeypatch.setattr(grpo_mod, "old_log_probs_for", counting)
-    cfg = _cfg(
+    cfg = grpo_cfg(
         n_grpo_steps=1,
         loss_type="grpo_clip",
         epochs_per_rollout_batch=3,
         train_batch_size=4,
         gradient_accumulation_steps=2,
     )
-    _, history = _grpo(copy.deepcopy(model), tok, tmp_path, cfg)
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, cfg)
     assert len(calls) == 1 and not any(t.requires_grad for t in calls[0])
     train = history.rows["train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]  # x = optimizer step: 3 epochs x 2 steps of 4 rollouts
@@ -106,19 +82,20 @@ def test_config_errors_before_any_generation(tiny, tmp_path):
     model, tok = tiny
     backend = StubBackend(tok, [" good"])
     with pytest.raises(ConfigError, match="off-policy"):
-        _grpo(model, tok, tmp_path, _cfg(epochs_per_rollout_batch=2), backend=backend)
+        run_grpo(model, tok, tmp_path, grpo_cfg(epochs_per_rollout_batch=2), backend=backend)
     assert backend.calls == 0
 
 
 def test_grpo_killed_run_resumes(tiny, tmp_path):
     model, tok = tiny
-    cfg = _cfg(n_grpo_steps=3)
-    full = copy.deepcopy(model)
-    _, straight = _grpo(full, tok, tmp_path / "a", cfg)
-    with pytest.raises(KeyboardInterrupt):
-        _grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg, ckpt=Checkpointer(tmp_path / "ck", "fp", 1), die_at=2)
-    resumed = copy.deepcopy(model)
-    summary, history = _grpo(resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(tmp_path / "ck", "fp", 1))
+    cfg = grpo_cfg(n_grpo_steps=3)
+
+    def run(name, kill_at):
+        policy = copy.deepcopy(model)
+        return policy, *run_grpo(policy, tok, tmp_path / name, cfg, ckpt=checkpointer(tmp_path, name), die_at=kill_at)
+
+    out = straight_killed_resumed(run, 2)
+    (full, _, _), (resumed, summary, history) = out.straight, out.resumed
     assert summary["steps_done"] == 3 and [r["step"] for r in history.rows["train"]] == [1, 2, 3]
     for p, q in zip(full.parameters(), resumed.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
@@ -126,7 +103,7 @@ def test_grpo_killed_run_resumes(tiny, tmp_path):
 
 def test_time_budget_stops_validates_and_reports_best(tiny, tmp_path):
     model, tok = tiny
-    summary, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(n_grpo_steps=50, time_budget_s=1e-9))
+    summary, history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(n_grpo_steps=50, time_budget_s=1e-9))
     # the budget is spent before the first step: no training, the start and a final validation, reported as stopped
     assert summary["stopped_by_time_budget"] and summary["steps_done"] == 0
     assert not history.rows["train"] and len(history.rows["eval"]) == 2 and summary["best_step"] == 0
@@ -143,17 +120,17 @@ def test_a_fifth_loss_touches_only_losses_py(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(losses, "PG_LOSSES", dict(losses.PG_LOSSES))
     monkeypatch.setattr(losses, "OFF_POLICY_LOSSES", set(losses.OFF_POLICY_LOSSES))
-    monkeypatch.setattr(grpo_mod, "PG_LOSSES", losses.PG_LOSSES)
-    monkeypatch.setattr(grpo_mod, "OFF_POLICY_LOSSES", losses.OFF_POLICY_LOSSES)
+    monkeypatch.setattr(grpo_config, "PG_LOSSES", losses.PG_LOSSES)
+    monkeypatch.setattr(grpo_config, "OFF_POLICY_LOSSES", losses.OFF_POLICY_LOSSES)
     with pytest.raises(ConfigError, match="sign_only"):
         from_dict(GRPOConfig, {"loss_type": "sign_only"}, "grpo")
     losses.register_pg_loss("sign_only", sign_only, off_policy=False)
     cfg = from_dict(
-        GRPOConfig, {**_cfg().__dict__, "betas": [0.9, 0.95], "loss_type": "sign_only", "n_grpo_steps": 1}, "grpo"
+        GRPOConfig, {**grpo_cfg().__dict__, "betas": [0.9, 0.95], "loss_type": "sign_only", "n_grpo_steps": 1}, "grpo"
     )
     policy = copy.deepcopy(model)
     before = _margin(policy, tok)
-    _grpo(policy, tok, tmp_path, cfg)
+    run_grpo(policy, tok, tmp_path, cfg)
     assert used and _margin(policy, tok) > before
 
 
@@ -271,12 +248,14 @@ def test_ei_round_without_correct_samples(tiny, tmp_path):
 
 def test_ei_round_resumes_after_a_kill_without_generating_again(tiny, tmp_path):
     model, tok = tiny
-    straight = copy.deepcopy(model)
-    _, history_straight = _round(straight, tok, 1, tmp_path / "a", str(tmp_path / "sa"))
-    with pytest.raises(KeyboardInterrupt):
-        _round(copy.deepcopy(model), tok, 1, tmp_path / "b", str(tmp_path / "sb"), die_at=2)
-    resumed, backend = copy.deepcopy(model), StubBackend(tok, [" good one", " bad", " good two"])
-    result, history = _round(resumed, tok, 1, tmp_path / "b", str(tmp_path / "sb"), backend=backend)
+
+    def run(name, kill_at):
+        policy, backend = copy.deepcopy(model), StubBackend(tok, [" good one", " bad", " good two"])
+        scratch = str(tmp_path / f"scratch_{name}")  # the round's checkpoints, the straight round's too
+        return policy, backend, *_round(policy, tok, 1, tmp_path / name, scratch, backend=backend, die_at=kill_at)
+
+    out = straight_killed_resumed(run, 2)
+    (straight, _, _, history_straight), (resumed, backend, result, history) = out.straight, out.resumed
     assert backend.calls == 0  # the graded rollouts came from scratch
     assert result.details["count/kept"] == 4 and len(result.rollouts) == 6
     assert [r["step"] for r in history.rows["train"]] == [r["step"] for r in history_straight.rows["train"]]

@@ -1,5 +1,5 @@
-"""The RL options of a5core/rl_options.py: each loss term on hand-computed tensors, the config rules, and GRPO runs
-(and a kill-and-resume) with the options on, on a tiny model with the stub backend of tests/loop_fakes.py."""
+"""The RL options of a5core/rl/rl_options.py: each loss term on hand-computed tensors, the config rules, and GRPO runs
+(and a kill-and-resume) with the options on, on a tiny model with the stub backend of tests/support/loops.py."""
 
 import copy
 import math
@@ -8,18 +8,18 @@ import pytest
 import torch
 import yaml
 
-import a5core.grpo as grpo_mod
-from a5core.checkpoint import Checkpointer
-from a5core.config import ConfigError, SamplingConfig, from_dict
-from a5core.ei import EIConfig
+import a5core.rl.grpo as grpo_mod
+from a5core.base.records import RolloutBatch
+from a5core.config.prompts import REWARD_FNS
+from a5core.config.sections import ConfigError, SamplingConfig, from_dict
 from a5core.generation import HFBackend
 from a5core.generation.base import Completion
-from a5core.grpo import GRPOConfig
-from a5core.logprobs import compute_entropy, get_response_log_probs
-from a5core.losses import compute_grpo_clip_loss, grpo_microbatch_train_step
-from a5core.prompts import REWARD_FNS
-from a5core.records import RolloutBatch
-from a5core.rl_options import (
+from a5core.model.logprobs import compute_entropy, get_response_log_probs
+from a5core.model.tokenization import tokenize_ids
+from a5core.rl.ei import EIConfig
+from a5core.rl.grpo import GRPOConfig
+from a5core.rl.losses import compute_grpo_clip_loss, grpo_microbatch_train_step
+from a5core.rl.rl_options import (
     _rollout_rows,
     kl_penalty,
     loss_terms,
@@ -28,9 +28,9 @@ from a5core.rl_options import (
     truncation_keep,
     truncation_rate,
 )
-from a5core.tokenization import tokenize_ids
-from tests.loop_fakes import StubBackend
-from tests.test_rl_loops import _cfg, _grpo
+from tests.support.loops import StubBackend, grpo_cfg, run_grpo
+from tests.support.plans import QWEN, full_params
+from tests.support.resume import checkpointer, straight_killed_resumed
 
 RATIOS = [0.5, 1.0, 1.25, 1.5]
 
@@ -173,7 +173,7 @@ ALL_ON = dict(
 
 def test_grpo_with_every_option_on_trains_and_logs(tiny, tmp_path):
     model, tok = tiny
-    _, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(**ALL_ON), backend=_trunc(tok))
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(**ALL_ON), backend=_trunc(tok))
     train = history.rows["train"]
     assert len(train) == 4 and all(r["rollout/truncation_rate"] == 0.5 for r in train)
     assert train[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # the first step is the reference itself
@@ -183,7 +183,7 @@ def test_grpo_with_every_option_on_trains_and_logs(tiny, tmp_path):
 
 def test_defaults_log_the_truncation_rate_and_no_option_metrics(tiny, tmp_path):
     model, tok = tiny
-    _, history = _grpo(copy.deepcopy(model), tok, tmp_path, _cfg(n_grpo_steps=1))
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(n_grpo_steps=1))
     row = history.rows["train"][0]
     assert row["rollout/truncation_rate"] == 0.0 and "train/kl" not in row
 
@@ -191,22 +191,14 @@ def test_defaults_log_the_truncation_rate_and_no_option_metrics(tiny, tmp_path):
 def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path):
     """The reference is the run's start policy, also after a resume (it is copied before the restore)."""
     model, tok = tiny
-    cfg = _cfg(n_grpo_steps=3, **ALL_ON)
-    straight = copy.deepcopy(model)
-    _, history_straight = _grpo(straight, tok, tmp_path / "a", cfg, backend=_trunc(tok))
-    ck = tmp_path / "ck"
-    with pytest.raises(KeyboardInterrupt):
-        _grpo(
-            copy.deepcopy(model),
-            tok,
-            tmp_path / "b",
-            cfg,
-            ckpt=Checkpointer(ck, "fp", 1),
-            die_at=3,
-            backend=_trunc(tok),
-        )
-    resumed = copy.deepcopy(model)
-    _, history = _grpo(resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1), backend=_trunc(tok))
+    cfg = grpo_cfg(n_grpo_steps=3, **ALL_ON)
+
+    def run(name, kill_at):
+        policy, ckpt = copy.deepcopy(model), checkpointer(tmp_path, name)
+        return policy, run_grpo(policy, tok, tmp_path / name, cfg, ckpt=ckpt, die_at=kill_at, backend=_trunc(tok))[1]
+
+    out = straight_killed_resumed(run, 3)
+    (straight, history_straight), (resumed, history) = out.straight, out.resumed
     assert [r["train/kl"] for r in history.rows["train"]] == [r["train/kl"] for r in history_straight.rows["train"]]
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
@@ -261,15 +253,15 @@ class EngineLogProbBackend(StubBackend):
 
 def test_grpo_with_truncated_importance_sampling(tiny, tmp_path):
     model, tok = tiny
-    cfg = _cfg(n_grpo_steps=1, tis_cap=2.0)
-    _, history = _grpo(
+    cfg = grpo_cfg(n_grpo_steps=1, tis_cap=2.0)
+    _, history = run_grpo(
         copy.deepcopy(model), tok, tmp_path / "a", cfg, backend=EngineLogProbBackend(tok, [" good", " bad"])
     )
     row = history.rows["train"][0]
     assert row["train/tis_logprob_gap"] > 0.1 and 0.0 <= row["train/tis_capped_frac"] <= 1.0
     assert math.isfinite(row["train/loss"])
     with pytest.raises(ValueError, match="tis_cap"):  # a backend that returns no log-probs cannot be corrected
-        _grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg)
+        run_grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg)
 
 
 class PerQuestionBackend(StubBackend):
@@ -299,8 +291,8 @@ def _ds(tiny, tmp_path, mixed, monkeypatch, **kw):
     )
     backend = PerQuestionBackend(tok, mixed)
     policy = copy.deepcopy(model)
-    cfg = _cfg(n_grpo_steps=1, dynamic_sampling=True, **kw)
-    _, history = _grpo(policy, tok, tmp_path, cfg, backend=backend)
+    cfg = grpo_cfg(n_grpo_steps=1, dynamic_sampling=True, **kw)
+    _, history = run_grpo(policy, tok, tmp_path, cfg, backend=backend)
     return history.rows["train"][0], batches[0], backend, policy
 
 
@@ -318,7 +310,7 @@ def test_dynamic_sampling_never_all_equal_generates_once_and_changes_nothing(tin
         row["rollout/groups_filled"],
     ) == (2, 0, 0, 0)
     plain = copy.deepcopy(tiny[0])  # the same run without dynamic sampling: the same weights, bit for bit
-    _grpo(plain, tiny[1], tmp_path / "b", _cfg(n_grpo_steps=1), backend=PerQuestionBackend(tiny[1], range(6)))
+    run_grpo(plain, tiny[1], tmp_path / "b", grpo_cfg(n_grpo_steps=1), backend=PerQuestionBackend(tiny[1], range(6)))
     assert all(torch.equal(p, q) for p, q in zip(plain.parameters(), policy.parameters()))
 
 
@@ -345,24 +337,14 @@ def test_dynamic_sampling_partly_all_equal_keeps_only_mixed_groups(tiny, tmp_pat
 
 def test_grpo_resumes_bit_identically_with_dynamic_sampling(tiny, tmp_path):
     model, tok = tiny
-    cfg = _cfg(n_grpo_steps=3, dynamic_sampling=True, max_refill_rounds=5)
-    straight = copy.deepcopy(model)
-    _, history_straight = _grpo(straight, tok, tmp_path / "a", cfg, backend=PerQuestionBackend(tok, [0, 1, 2]))
-    ck = tmp_path / "ck"
-    with pytest.raises(KeyboardInterrupt):
-        _grpo(
-            copy.deepcopy(model),
-            tok,
-            tmp_path / "b",
-            cfg,
-            ckpt=Checkpointer(ck, "fp", 1),
-            die_at=2,
-            backend=PerQuestionBackend(tok, [0, 1, 2]),
-        )
-    resumed = copy.deepcopy(model)
-    _, history = _grpo(
-        resumed, tok, tmp_path / "b", cfg, ckpt=Checkpointer(ck, "fp", 1), backend=PerQuestionBackend(tok, [0, 1, 2])
-    )
+    cfg = grpo_cfg(n_grpo_steps=3, dynamic_sampling=True, max_refill_rounds=5)
+
+    def run(name, kill_at):
+        policy, ckpt, backend = copy.deepcopy(model), checkpointer(tmp_path, name), PerQuestionBackend(tok, [0, 1, 2])
+        return policy, run_grpo(policy, tok, tmp_path / name, cfg, ckpt=ckpt, die_at=kill_at, backend=backend)[1]
+
+    out = straight_killed_resumed(run, 2)
+    (straight, history_straight), (resumed, history) = out.straight, out.resumed
     keys = ("rollout/groups_generated", "rollout/groups_dropped", "rollout/reward")
     assert [[r[k] for k in keys] for r in history.rows["train"]] == [
         [r[k] for k in keys] for r in history_straight.rows["train"]
@@ -384,14 +366,13 @@ def test_each_training_stage_names_its_reward_checked_against_its_prompt(cls, se
     with pytest.raises(ConfigError, match="expected module:function"):
         from_dict(cls, {"reward_fn": "no_colon"}, section)
     with pytest.raises(ConfigError, match="cannot import"):
-        from_dict(cls, {"reward_fn": "a5core.nowhere:fn"}, section)
+        from_dict(cls, {"reward_fn": "rewards.nowhere:fn"}, section)
 
 
 def test_the_plan_counts_the_reference_and_the_entropy_graph(tmp_path):
-    from a5core import plan
-    from tests.test_plan import QWEN, _full
+    from a5core.run import plan
 
-    params = yaml.safe_load(_full(tmp_path).read_text())
+    params = yaml.safe_load(full_params(tmp_path).read_text())
     assert plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000) == {}  # options off: the plan is unchanged
     params["grpo_runs"] = {"kl": {"kl_coef": 0.04}, "bonus": {"entropy_coef": 0.01}}
     extra = plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000)
@@ -404,7 +385,7 @@ def test_the_plan_counts_the_reference_and_the_entropy_graph(tmp_path):
 
 
 def test_sft_filtering_names_its_reward_checked_against_the_traces_prompt():
-    from a5core.sft import SFTConfig
+    from a5core.rl.sft import SFTConfig
 
     assert SFTConfig().train_reward == REWARD_FNS["r1_zero"]  # the traces are r1_zero-formatted
     assert from_dict(SFTConfig, {"reward_fn": STRICT}, "sft").train_reward == STRICT
@@ -413,19 +394,23 @@ def test_sft_filtering_names_its_reward_checked_against_the_traces_prompt():
 
 
 def test_a_training_stages_own_reward_keeps_the_reward_contract():
-    """A custom reward named by a stage (or one run) is called in a grader worker before any stage runs."""
-    from a5core.inputs import reward_fn_problems
+    """A custom reward named by a stage (or one run) lives in rewards/ and is called in a grader worker before any
+    stage runs; a callable that breaks the contract is refused with what it did."""
+    from a5core.checks.inputs import reward_contract_problem, reward_fn_problems
+    from a5core.rl.sft import SFTConfig
 
-    params = {"validation": {}, "sft": {"reward_fn": "os:system"}, "grpo_runs": {"mine": {"reward_fn": "os:system"}}}
-    found = reward_fn_problems(params)
-    assert [p.split(" ")[0] for p in found] == ["sft.reward_fn", "grpo_runs.mine.reward_fn"]
-    assert all("TypeError" in p for p in found)
+    custom = "rewards.examples:answer_only_reward_fn"
+    params = {"validation": {}, "sft": {"reward_fn": custom}, "grpo_runs": {"mine": {"reward_fn": custom}}}
+    assert reward_fn_problems(params) == []  # called on the contract's pairs: it keeps it
+    assert "TypeError" in reward_contract_problem("os:system", 5.0)  # a callable that is no reward function
     assert reward_fn_problems({"validation": {}, "grpo": {"reward_fn": STRICT}}) == []  # built-in: not called
+    with pytest.raises(ConfigError, match="a custom reward lives in rewards/"):
+        from_dict(SFTConfig, {"reward_fn": "os:system"}, "sft")
 
 
 def test_validation_metrics_give_the_truncation_rate():
-    from a5core.evaluation import summarize
-    from a5core.records import GradedSample
+    from a5core.base.records import GradedSample
+    from a5core.run.evaluation import summarize
 
     def sample(i, finish):
         return GradedSample(str(i), 0, "p", "r", "1", None, "wrong", 0.0, 0.0, 0.0, 8, finish, "s", "l")

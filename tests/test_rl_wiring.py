@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from a5core.grpo import GRPOConfig
-from a5core.grpo_update import old_log_probs_for, optimizer_step, rollout_batch
-from a5core.records import GradedSample, RolloutBatch
-from a5core.rl_options import kl_penalty
+from a5core.base.records import GradedSample, RolloutBatch
+from a5core.rl.grpo import GRPOConfig
+from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch
+from a5core.rl.rl_options import kl_penalty
 
 N, OUT = 4, 6  # rollouts (two groups of 2), response tokens each
 

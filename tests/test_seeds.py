@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from a5core.seeds import SEED_BITS, derive_seed
+from a5core.base.seeds import SEED_BITS, derive_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from a5core.history import read_log
-from a5core.runinfo import read_run_record
+from a5core.base.run_record import read_run_record
+from a5core.run.history import read_log
 from tests.support.repos import ok, ran_stages, scratch_repo, tree_digest
 
 
@@ -54,7 +54,7 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     assert {"ei_round_1@G2", "ei_round_2@G2"} <= ran_stages(r) and "ei_round_3@G2" not in ran_stages(r)
     assert "step 1/" in r.stdout and "loss " in r.stdout  # a console line per optimizer step
     assert "[dvc repro] stage 5 of " in r.stdout and "since dvc started | forecast: " in r.stdout  # one per stage
-    noise = ("Failed to load", "register_constant", "Traceback")  # torchao and torch at import (a5core/stage.py)
+    noise = ("Failed to load", "register_constant", "Traceback")  # torchao and torch at import (a5core/stage/entry.py)
     assert not [n for n in noise if n in r.stdout + r.stderr], (r.stdout + r.stderr)[-3000:]
     r = run("dvc", "repro")
     ok(r)
@@ -143,7 +143,7 @@ def check_grader_audit(work: Path) -> None:
     """Every GRPO step, EI round and validation logs the grader audit (a5core.grader.audit), dvclive plots it, and
     each validation keeps its top-reward completions with the audit's verdicts."""
     from a5core.grader.audit import AUDIT_NAMES
-    from a5core.history import read_log, read_rows
+    from a5core.run.history import read_log, read_rows
 
     grpo = work / "results" / "grpo" / "reinforce_baseline"
     train, evals = read_rows(grpo / "logs", "train"), read_rows(grpo / "logs", "eval")

@@ -7,9 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from a5core.config import EvalConfig
-from a5core.evaluation import evaluate_policy
-from a5core.stats import (
+from a5core.base.stats import (
     accuracy_interval,
     bootstrap_mean,
     holm,
@@ -21,7 +19,9 @@ from a5core.stats import (
     per_question,
     wilson,
 )
-from tests.loop_fakes import ROWS, StubBackend, StubPool
+from a5core.config.sections import EvalConfig
+from a5core.run.evaluation import evaluate_policy
+from tests.support.loops import ROWS, StubBackend, StubPool
 
 
 def test_wilson_matches_hand_computed_values():
@@ -138,8 +138,8 @@ def test_majority_vote_ties_go_to_the_answer_seen_first_and_no_answer_does_not_v
 
 
 def test_at_k_scores_vote_on_normalized_answers():
-    from a5core.evaluation import at_k_scores, summarize
-    from a5core.records import GradedSample
+    from a5core.base.records import GradedSample
+    from a5core.run.evaluation import at_k_scores, summarize
 
     def sample(uid, j, extracted, correct):
         r = float(correct)

@@ -7,7 +7,7 @@ from bench import step_cut
 
 
 def test_step_cut_compares_variants_against_the_padded_split(tmp_path):
-    from a5core.model_io import build_tiny_model
+    from a5core.model.loading import build_tiny_model
 
     model, tok = build_tiny_model(seed=0)
     model.save_pretrained(tmp_path / "m")

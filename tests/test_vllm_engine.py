@@ -15,13 +15,13 @@ import torch
 from tokenizers import processors
 from transformers import LlamaForCausalLM
 
-from a5core.config import GenerationConfig, SamplingConfig
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation import vllm as vllm_backend
 from a5core.generation import vllm_weights
 from a5core.generation.hf import HFBackend
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
-from a5core.prompts import build_prompt
-from a5core.tokenization import tokenize_prompt_and_output
+from a5core.model.tokenization import tokenize_prompt_and_output
 
 pytestmark = pytest.mark.vllm_engine
 
@@ -329,8 +329,8 @@ def test_a_prefix_cache_that_was_not_reset_is_an_error(engine, restore):
 def test_sampled_token_log_probs_are_the_policys(engine):
     """GRPO's truncated importance sampling weighs each token by pi_train / pi_rollout: the engine's log-prob of
     each sampled id (raw, untempered) must be the policy's own, up to the kernels' numerics."""
-    from a5core.logprobs import get_response_log_probs
-    from a5core.tokenization import encode_prompts, tokenize_ids
+    from a5core.model.logprobs import get_response_log_probs
+    from a5core.model.tokenization import encode_prompts, tokenize_ids
 
     backend, model, tok = engine
     sampling = SamplingConfig(temperature=0.7, max_tokens=10, min_tokens=2, stop=("</answer>",), n=2, seed=5)
@@ -352,7 +352,7 @@ def test_sampled_token_log_probs_are_the_policys(engine):
 def test_a_lora_policy_syncs_its_merged_weights(engine, restore):
     """LoRA (model.lora_rank): the engine gets the adapters merged under the base model's names, passes the exact
     check and the log-prob probe, and then generates what the LoRA policy does."""
-    from a5core import lora
+    from a5core.model import lora
 
     backend, _, tok = engine
     policy = lora.attach(restore, 4, 8.0, ("q_proj", "v_proj", "down_proj"))

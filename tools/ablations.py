@@ -3,16 +3,16 @@
 - The summary compares every trained run with its own starting policy; an ablation asks another question (did
   no_baseline learn less than reinforce_baseline?). For each family (sft_runs, ei_runs, grpo_runs in params.yaml)
   the reference is its first-listed run, and each other run's final per-question scores (`validation.json` in its
-  model folder) are compared with the reference's (`a5core.stats.paired_test`: bootstrap over questions). Runs with
+  model folder) are compared with the reference's (`a5core.base.stats.paired_test`: bootstrap over questions). Runs with
   seed replicates (`replicates`) are compared by their means over the seeds, with a hierarchical bootstrap over
-  seeds, then questions (`a5core.replicates.hierarchical_test`), and a power line says what the replicates resolve.
-  The summary's seed-replicate table (hierarchical intervals) is printed too, from the model folders alone: a study
-  cut short before its `plots` stage still has it.
-- Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.stats.holm`): a family of 11
+  seeds, then questions (`a5core.report.replicates.hierarchical_test`), and a power line says what the replicates
+  resolve. The summary's seed-replicate table (hierarchical intervals) is printed too, from the model folders alone:
+  a study cut short before its `plots` stage still has it.
+- Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.base.stats.holm`): a family of 11
   contrasts each tested at 5% finds a difference by chance about once in two families. Holm rather than a
   false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"),
-  and the families are small. ✓ marks a contrast whose Holm-adjusted p is below 0.05; `--pair` contrasts form one
-  more family.
+  and the families are small. ✓ marks a contrast whose Holm-adjusted p is below 0.05; `--pair` contrasts form one more
+  family.
 - Two runs validated under different protocols (a run with its own prompt) are still paired by question, and marked:
   their difference mixes the method with the prompt it is scored under.
 
@@ -25,12 +25,12 @@ import argparse
 import json
 from pathlib import Path
 
-from a5core.config import from_dict, read_params
-from a5core.replicates import FAMILIES as REPLICATED
-from a5core.replicates import ReplicatesConfig, hierarchical_interval, hierarchical_test
-from a5core.stats import holm, min_detectable_difference, paired_test
-from a5core.summary import _delta as delta_cell  # the summary's format for a paired change
-from a5core.summary import replicates_text
+from a5core.base.stats import holm, min_detectable_difference, paired_test
+from a5core.config.sections import ReplicatesConfig, from_dict, read_params
+from a5core.report.replicates import FAMILIES as REPLICATED
+from a5core.report.replicates import hierarchical_interval, hierarchical_test
+from a5core.report.summary import _delta as delta_cell  # the summary's format for a paired change
+from a5core.report.summary import replicates_text
 
 FAMILIES = {"SFT": ("sft_runs", "sft_{}"), "EI": ("ei_runs", "ei_{}"), "GRPO": ("grpo_runs", "grpo_{}")}
 
@@ -42,7 +42,8 @@ def final_model(models: Path, folder: str) -> Path:
 
 
 def replicates(models: Path, folder: str, seeds: tuple[int, ...] = ()) -> list[dict]:
-    """The final validation records of a run and of its seed replicates (`<folder>_seed<s>`, a5core/replicates.py)."""
+    """The final validation records of a run and of its seed replicates (`<folder>_seed<s>`,
+    a5core/report/replicates.py)."""
     return [json.loads((final_model(models, f) / "validation.json").read_text()) for f in _folders(folder, seeds)]
 
 
@@ -170,7 +171,7 @@ def replicates_table(h: dict[tuple[str, str], dict]) -> str:
 def power_text(records: dict[tuple[str, str], list[dict]], h: dict[tuple[str, str], dict]) -> str:
     """What each family's replicates can resolve: the seed SD they measured (`h`, from `intervals`), and the smallest
     difference between two runs' seed means that the protocol detects with 80% power
-    (a5core.stats.min_detectable_difference)."""
+    (a5core.base.stats.min_detectable_difference)."""
     return "".join(_power(fam, {r: x for (f, r), x in h.items() if f == fam}, records) for fam in REPLICATED.values())
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from a5core.grader.audit import AUDIT_NAMES, disagrees
-from a5core.history import read_log, read_rows
+from a5core.run.history import read_log, read_rows
 
 SHORT = {"audit_vs_strict": "vs strict", "audit_vs_math_verify": "vs math-verify", "audit_unconfirmed": "unconfirmed"}
 

@@ -1,12 +1,12 @@
 """Writes dvc.yaml from dvc.spec.yaml: `python -m tools.dag` (`--check` only says whether dvc.yaml is current).
 
-- Each stage's a5core deps are computed (tools/stage_deps.py: the modules its script imports) and put right after
-  the script, so the spec never lists them and they never go stale.
+- Each stage's `code:` (the a5core packages it runs) becomes folder deps (a5core/<package>) right after the script;
+  tests/test_dvc_deps.py checks that it names exactly the packages the stage imports (tools/stage_deps.py).
 - A stage with `rounds: N` is expanded into N chained stages (Expert Iteration's rounds), from one template; every
   such stage has the same N (the `<rounds>` of the other stages), and one may also be a matrix (EI's replicates).
 - The output is laid out for reading: one `--flag value` of a command and one path per line, no line over 120
-  characters; tests/test_dvc_deps.py checks that dvc.yaml is exactly what this writes and that it parses back to
-  the same stages.
+  characters; tests/test_dvc_deps.py checks that dvc.yaml is exactly what this writes and that it parses back to the
+  same stages.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import textwrap
 
 import yaml
 
-from tools.stage_deps import ROOT, expected_deps
+from tools.stage_deps import ROOT
 
 SPEC, OUT = ROOT / "dvc.spec.yaml", ROOT / "dvc.yaml"
 WIDTH = 120
@@ -73,13 +73,13 @@ def _fill(body: dict, names: dict[str, str]) -> dict:
     return out
 
 
-def _with_code_deps(body: dict, code: dict[str, list[str]]) -> dict:
-    """The script's a5core modules (`code`, from tools.stage_deps) inserted after the script, the first dep."""
+def _with_code_deps(body: dict, code: list[str]) -> dict:
+    """The stage's a5core packages (its `code:`) inserted as folders after the script, the first dep."""
     script = next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
     deps = body["deps"]
     if deps[0] != script:
         raise ValueError(f"the first dep of {script}'s stage must be the script itself, not {deps[0]}")
-    return {**body, "deps": [script, *code[script], *deps[1:]]}
+    return {**body, "deps": [script, *(f"a5core/{package}" for package in code), *deps[1:]]}
 
 
 def expand(spec: dict) -> tuple[dict[str, tuple[str, dict]], dict[str, str]]:
@@ -89,10 +89,9 @@ def expand(spec: dict) -> tuple[dict[str, tuple[str, dict]], dict[str, str]]:
         raise ValueError(f"the `rounds:` stages disagree ({sorted(rounds)}): the plots read one last round")
     glob = {"rounds": str(rounds.pop())} if rounds else {}
     stages: dict[str, tuple[str, dict]] = {}
-    code = expected_deps()
     for name, stage in spec["stages"].items():
         stage = dict(stage)
-        doc = stage.pop("doc", "")
+        doc, code = stage.pop("doc", ""), stage.pop("code")
         n, first, later = stage.pop("rounds", 0), stage.pop("first", {}), stage.pop("later", {})
         for k in range(1, n + 1) if n else [0]:
             names = dict(glob)

@@ -63,7 +63,7 @@ def math_rows(load_dataset, split: str) -> list[dict]:
 
 def trace_rows(load_dataset, max_chars: int, limit: int) -> list[dict]:
     """The first math-verify-correct R1 generation of each problem, as an r1_zero (prompt, response) pair."""
-    from a5core.prompts import build_prompt
+    from a5core.config.prompts import build_prompt
 
     rows = []
     for r in load_dataset(TRACES[0], TRACES[1], split="train", revision=TRACES[2]):

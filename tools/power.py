@@ -5,12 +5,11 @@
 
 - Without `--delta`: the smallest paired difference each protocol resolves (80% power, two-sided 5%), over a grid
   of questions x samples x seeds (or the one given).
-- With `--delta`: the cheapest protocols of the grid (fewest generations, questions x samples x seeds) that
-  resolve it.
+- With `--delta`: the cheapest protocols of the grid (fewest generations, questions x samples x seeds) that resolve it.
 - `--seed-sd`: how much a run's accuracy varies between training seeds (standard deviation). It is not known before
   replicates are run; measure it from a family with several seeds and pass it here. 0 (the default) plans for
   evaluation noise alone, which overstates what one training run shows.
-The formula is `a5core.stats.min_detectable_difference` (a planning figure, not a test).
+The formula is `a5core.base.stats.min_detectable_difference` (a planning figure, not a test).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from a5core.stats import min_detectable_difference
+from a5core.base.stats import min_detectable_difference
 
 QUESTIONS = (64, 200, 500, 1000, 5000)  # the default DAG's set, MATH-500, the full MATH test split
 SAMPLES = (1, 4, 8, 16)

@@ -3,11 +3,13 @@
     python -m tools.profile full                   # conf/config.yaml selects full; params.yaml = full
     python -m tools.profile default grpo.lr=3e-6   # ... with overrides, as `dvc exp run -S` takes them
     python -m tools.profile --restore              # params.yaml = the params dvc.lock's results were made with
+    python -m tools.profile cpu-study --out p.yaml # the composition in p.yaml; params.yaml and conf/ untouched
 
 `dvc exp run` composes params.yaml from conf/ on every run (DVC's Hydra integration), starting from the profile
 selected in conf/config.yaml, plus its -S overrides (`dvc exp run -S profile=full` picks another for one experiment);
 so edits go in conf/profile/*.yaml or -S. `dvc repro` reads params.yaml as it is. The committed params.yaml is the
-composition of the committed conf/ (a test checks it).
+composition of the committed conf/ (a test checks it). A derived profile (smoke, cpu-study and quick from default,
+full-mini from full) holds only its differences from its base: its Hydra defaults list composes the base first.
 
 A composition is checked before it is written (every section's keys, types and ranges; one line per problem, with
 the closest known key for a typo), so a refused one leaves params.yaml as it was. A refused `dvc exp run` is
@@ -42,7 +44,7 @@ def select(profile: str) -> None:
 
 
 def _checked(params: dict, what: str) -> None:
-    from a5core.config import section_problems
+    from a5core.checks.params import section_problems
 
     found = section_problems(params, what)
     if found:
@@ -55,7 +57,7 @@ def compose(profile: str, overrides: list[str], out: str | Path) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from a5core.typed import load_yaml
+    from a5core.base.typed import load_yaml
 
     if profile not in PROFILES:
         raise ProfileError(f"unknown profile {profile!r}; profiles: {', '.join(PROFILES)}")
@@ -72,7 +74,7 @@ def compose(profile: str, overrides: list[str], out: str | Path) -> None:
 
 def locked_params(lock: str | Path) -> dict:
     """The params `check_params` last passed, as dvc.lock records them (the whole params.yaml)."""
-    from a5core.forecast import read_lock
+    from a5core.checks.forecast import read_lock
 
     lock = Path(lock)
     if not lock.is_file():
@@ -88,8 +90,8 @@ def restore(lock: str | Path, out: str | Path) -> dict:
     """Write dvc.lock's params to `out`, sections in the order of the current params.yaml (else the profile's)."""
     from omegaconf import OmegaConf
 
-    from a5core.config import RUN_SECTIONS, SECTIONS
-    from a5core.typed import read_params
+    from a5core.base.typed import read_params
+    from a5core.checks.params import RUN_SECTIONS, SECTIONS
 
     params = locked_params(lock)
     _checked(params, f"{lock}'s params")
@@ -104,24 +106,28 @@ def restore(lock: str | Path, out: str | Path) -> dict:
 
 
 def main() -> None:
-    from a5core.typed import load_yaml
+    from a5core.base.typed import load_yaml
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile", nargs="?", choices=PROFILES, help="conf/profile/<profile>.yaml")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for dvc exp run -S (grpo.lr=3e-6)")
     ap.add_argument("--restore", action="store_true", help="params.yaml <- the params of the results (dvc.lock)")
+    ap.add_argument("--out", type=Path, help="write the composition there instead (params.yaml, conf/ untouched)")
     a = ap.parse_args()
-    if a.restore == bool(a.profile):
-        ap.error("give a profile, or --restore")
+    if a.restore == bool(a.profile) or (a.restore and a.out):
+        ap.error("give a profile, or --restore (without --out)")
     try:
         if a.restore:
             restore(ROOT / "dvc.lock", ROOT / "params.yaml")
             print("params.yaml <- dvc.lock's params, those the workspace's results were made with")
             return
-        compose(a.profile, a.overrides, ROOT / "params.yaml")
+        compose(a.profile, a.overrides, a.out or ROOT / "params.yaml")
     except ProfileError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if a.out:
+        print(f"{a.out} <- profile {a.profile} {' '.join(a.overrides)}".rstrip())
+        return
     select(a.profile)
     print(f"params.yaml <- profile {a.profile} {' '.join(a.overrides)}; conf/config.yaml now selects {a.profile}")
     try:

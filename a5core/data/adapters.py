@@ -5,8 +5,8 @@ the hub) and the field. Text fields must be strings; answers may be strings or n
 becomes its integer digits, others their shortest repr; NaN, infinities, booleans, lists and dicts are refused); an
 SFT record needs a ground truth (its own field, or a \\boxed{} / <answer> in the response); files and fields have size
 caps (MAX_FILE_BYTES, MAX_FIELD_CHARS). Schemas:
-- problems (a5core.records.Problem): unique_id, problem, answer, solution, subject, level, source
-- sft (a5core.records.SFTTrace): unique_id, prompt, response, ground_truth (+ subject, level, source)
+- problems (a5core.base.records.Problem): unique_id, problem, answer, solution, subject, level, source
+- sft (a5core.base.records.SFTTrace): unique_id, prompt, response, ground_truth (+ subject, level, source)
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from a5core.base.records import PROBLEM_SCHEMA, SFT_SCHEMA, DataError  # the row types (Problem, SFTTrace) live there
 from a5core.grader.reward import boxed_contents
-from a5core.records import PROBLEM_SCHEMA, SFT_SCHEMA, DataError  # the row types (Problem, SFTTrace) live there
 
 __all__ = ["PROBLEM_SCHEMA", "SFT_SCHEMA", "DataError", "load_problems", "load_sft"]
 

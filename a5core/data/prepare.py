@@ -17,9 +17,9 @@ import json
 import random
 from pathlib import Path
 
-from a5core.config import DataConfig
+from a5core.config.prompts import build_prompt
+from a5core.config.sections import DataConfig
 from a5core.data import adapters, synthetic
-from a5core.prompts import build_prompt
 
 
 def _sft_row_from_synthetic(r: dict) -> dict:

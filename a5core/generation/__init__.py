@@ -1,8 +1,10 @@
-"""Generation backends behind one interface: `make_backend(cfg, model_dir, policy, tokenizer)`."""
+"""generation: the rollout engines behind one interface, `make_backend(cfg, model_dir, policy, tokenizer)`.
+May import base/, grader/, config/, data/, model/.
+"""
 
 from __future__ import annotations
 
-from a5core.config import GenerationConfig
+from a5core.config.sections import GenerationConfig
 from a5core.generation.base import Backend, Completion, truncate_at_stop
 from a5core.generation.hf import HFBackend
 

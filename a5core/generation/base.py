@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from a5core.config import SamplingConfig
-from a5core.seeds import derive_seed
+from a5core.base.seeds import derive_seed
+from a5core.config.sections import SamplingConfig
 
 FinishReason = Literal["stop", "length"]
 

@@ -3,8 +3,8 @@
 A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
 little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast as `model.autocast`
-says (a5core/autocast.py). With `n > 1` each prompt is repeated n times inside the batch. The backend generates with the
-policy object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
+says (a5core/model/autocast.py). With `n > 1` each prompt is repeated n times inside the batch. The backend generates
+with the policy object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
 distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
 
 As on vLLM: `token_ids` are exactly the sampled ids (the token that completed a stop string and a sampled EOS
@@ -19,11 +19,11 @@ import copy
 
 import torch
 
-from a5core.autocast import autocast_context
-from a5core.config import SamplingConfig
+from a5core.base.progress import bar as progress_bar
+from a5core.config.sections import SamplingConfig
 from a5core.generation.base import Completion, request_seed, truncate_at_stop
-from a5core.logprobs import compute_entropy
-from a5core.progress import bar as progress_bar
+from a5core.model.autocast import autocast_context
+from a5core.model.logprobs import compute_entropy
 
 
 def sample_next(

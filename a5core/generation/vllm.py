@@ -21,18 +21,21 @@ import os
 
 import torch
 
-from a5core import distributed, lora
-from a5core.config import GenerationConfig, SamplingConfig
+from a5core.base.errors import ProjectError
+from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
 from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
-from a5core.tokenization import encode_prompts
+from a5core.model import distributed, lora
+from a5core.model.tokenization import encode_prompts
 
 PROBE_PROMPT = "User: What is 2 + 3? Explain step by step.\nAssistant: <think>"
 PROBE_TOKENS = 8
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(ProjectError, RuntimeError):
     """The engine does not reproduce the policy after a weight update."""
+
+    hint = "generation.backend: hf trains without the vLLM engine"
 
 
 @contextlib.contextmanager
@@ -225,7 +228,7 @@ class VLLMBackend:
             return self._verify(policy)
 
     def _verify(self, policy) -> float:
-        from a5core.logprobs import get_response_log_probs
+        from a5core.model.logprobs import get_response_log_probs
 
         device = next(policy.parameters()).device
         prompt = encode_prompts(self.tokenizer, [PROBE_PROMPT])[0]

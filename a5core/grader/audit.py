@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS
+from a5core.grader.reward import grade_inline
 
 AUDIT_PATH = "a5core.grader.audit:audit_inline"  # the pool path of the audit (a5core.grader.pool knows it)
 AUDIT_NAMES = ("audit_vs_strict", "audit_vs_math_verify", "audit_unconfirmed", "audit_format_only")  # audit_metrics
@@ -44,8 +45,6 @@ def math_verify_verdict(answer: str, ground_truth) -> float:
 
 def audit_inline(response, packed) -> dict:
     """The audit's verdicts on one response (`packed`: (ground truth, prompt)); in a grader worker, which bounds it."""
-    from a5core.grader.reward import grade_inline
-
     ground_truth, prompt = packed
     if not isinstance(response, str) or len(response) > MAX_RESPONSE_CHARS:
         return {"strict_reward": 0.0 if prompt in STRICT_RULE else None, "verified": None}

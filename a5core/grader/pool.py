@@ -23,30 +23,37 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Self
 
+from a5core.base.errors import ProjectError
+from a5core.base.progress import bar as progress_bar
+from a5core.grader.audit import AUDIT_PATH, audit_inline
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS
-from a5core.progress import bar as progress_bar
+from a5core.grader.reward import grade_inline, reward_mapping
 
 STARTUP_TIMEOUT_S = 120
 SINGLE_CALL_PATH = "a5core.grader.reward:grade_inline"  # items carry (ground_truth, prompt)
 PARENT_POLL_S = 0.5
 BUILTIN = {
     "a5core.grader:r1_zero_reward_fn": "r1_zero",
-    "a5core.grader.reward:r1_zero_reward_fn": "r1_zero",
+    "a5core.grader.single:r1_zero_reward_fn": "r1_zero",
     "a5core.grader:r1_zero_strict_reward_fn": "r1_zero_strict",
-    "a5core.grader.reward:r1_zero_strict_reward_fn": "r1_zero_strict",
+    "a5core.grader.single:r1_zero_strict_reward_fn": "r1_zero_strict",
     "a5core.grader:question_only_reward_fn": "question_only",
-    "a5core.grader.reward:question_only_reward_fn": "question_only",
+    "a5core.grader.single:question_only_reward_fn": "question_only",
 }
 _in_worker = False  # set in grader worker processes
 logger = logging.getLogger(__name__)
 
 
-class RewardFnError(ValueError):
+class RewardFnError(ProjectError, ValueError):
     """A reward-function path that does not name a callable `module:function`."""
 
+    hint = "fix validation.reward_fn / eval.reward_fn (module:function)"
 
-class GraderStartError(RuntimeError):
+
+class GraderStartError(ProjectError, RuntimeError):
     """A grader worker died or hung while starting (importing the reward function, warming up)."""
+
+    hint = "check that the reward function imports in a fresh process"
 
 
 def load_reward_fn(path: str) -> Callable:
@@ -63,8 +70,6 @@ def load_reward_fn(path: str) -> Callable:
 def detailed_grader(path: str) -> Callable[[str, object], dict]:
     """(response, ground_truth) -> dict with the three rewards plus status/extracted/normalized columns (the audit's
     path: (response, (ground_truth, prompt)) -> its verdicts, a5core.grader.audit)."""
-    from a5core.grader.audit import AUDIT_PATH, audit_inline
-    from a5core.grader.reward import grade_inline
 
     if path == AUDIT_PATH:
         return audit_inline
@@ -81,8 +86,6 @@ def detailed_grader(path: str) -> Callable[[str, object], dict]:
     fn = load_reward_fn(path)
 
     def custom(r, g):
-        from a5core.grader.reward import reward_mapping
-
         return {
             **reward_mapping(fn(r, g)),
             "status": "custom",
@@ -152,8 +155,6 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _warm_up(path: str, grader: Callable) -> None:
     """Import everything (sympy, math-verify's parser) before the first timed item."""
-    from a5core.grader.audit import AUDIT_PATH
-    from a5core.grader.reward import grade_inline
 
     grade_inline("</think> <answer>\\sin(\\frac{1}{2})</answer>", "\\sin(0.5)")
     if path == AUDIT_PATH:
@@ -224,7 +225,6 @@ class GraderPool:
         memory_mb: int = 2048,
         audit: bool = False,
     ):
-        from a5core.grader.audit import AUDIT_PATH
 
         load_reward_fn(reward_fn)  # fail fast in the parent on a bad path
         self.path, self.n, self.timeout_s, self.memory_mb = reward_fn, max(1, workers), timeout_s, memory_mb

@@ -1,12 +1,11 @@
-"""The verified reward: the reward functions of the handout, `grade`, and ground-truth checks.
+"""The verified reward's rules, unbounded: `grade_inline(response, ground_truth, prompt)` returns a `GradeResult` with
+everything the pipeline logs; ground-truth checks; the reward mapping of a custom function's output.
 
-`grade(response, ground_truth, prompt)` returns a `GradeResult` with everything the pipeline logs;
-`r1_zero_reward_fn` / `r1_zero_strict_reward_fn` / `question_only_reward_fn` return the handout's three
-floats. Every one of them is time-bounded: the grading itself (`grade_inline`) runs in a process-wide,
-killable grader worker (a5core.grader.single.bounded_grade), or inline when the caller already is a grader
-worker; an item over the limit scores answer 0 with status `timeout` (its format reward is still computed,
-by the parent, for the built-in rules). Nothing here executes model text: answers
-are normalized, screened and parsed by our own code (a5core.grader.parse; no eval/sympify).
+Callers never run `grade_inline` unbounded on model text: the pool runs it in killable workers, and
+a5core/grader/single.py's `grade` and the handout's reward functions run one call through the same bound. An item over
+the limit scores answer 0 with status `timeout` (its format reward is still computed, by the parent, for the built-in
+rules). Nothing here executes model text: answers are normalized, screened and parsed by our own code
+(a5core.grader.parse; no eval/sympify).
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ import numbers
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from a5core.base.errors import ProjectError
 from a5core.grader.bounds import Rejected
 from a5core.grader.equivalence import answers_equal
 from a5core.grader.extract import EXTRACTORS, MAX_RESPONSE_CHARS, boxed_contents, last_boxed
 from a5core.grader.normalize import compact, prepare
 from a5core.grader.parse import Unparsable
-from a5core.grader.single import bounded_grade
 
 logger = logging.getLogger(__name__)
 Status = Literal[
@@ -43,11 +42,7 @@ __all__ = [
     "GroundTruthError",
     "boxed_contents",
     "check_ground_truth",
-    "grade",
     "grade_inline",
-    "question_only_reward_fn",
-    "r1_zero_reward_fn",
-    "r1_zero_strict_reward_fn",
 ]
 
 
@@ -71,8 +66,10 @@ class GradeResult:
         return asdict(self)
 
 
-class GroundTruthError(ValueError):
+class GroundTruthError(ProjectError, ValueError):
     """A ground truth that cannot be normalized and screened; the message gives the reason."""
+
+    hint = "fix the ground truth in the data"
 
 
 REWARD_KEYS = ("format_reward", "answer_reward", "reward")
@@ -182,29 +179,3 @@ def grade_inline(response: str, ground_truth, prompt: str = "r1_zero") -> GradeR
     except Exception as err:  # a reward function must return rewards, whatever the input
         logger.debug("grading failed", exc_info=True)
         return GradeResult(0.0, 0.0, 0.0, "error", detail=f"{type(err).__name__}: {err}"[:300])
-
-
-def grade(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
-    """Grade one response against a ground truth (string, number or list of acceptable strings).
-
-    `prompt` selects the extraction rule: "r1_zero" (handout), "r1_zero_strict" or "question_only".
-    Time-bounded (see the module docstring): an item over the limit returns status `timeout`, reward 0.
-    """
-    if prompt not in EXTRACTORS:
-        raise ValueError(f"unknown prompt {prompt!r}; choose one of {sorted(EXTRACTORS)}")
-    return GradeResult(**bounded_grade(response, ground_truth, prompt))
-
-
-def r1_zero_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
-    """The handout's reward for the r1_zero prompt (its format rule, exactly); `fast` is accepted and unused."""
-    return grade(response, ground_truth, "r1_zero").rewards()
-
-
-def r1_zero_strict_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
-    """r1_zero with the strict anti-hack format rule (one answer block, nothing after it)."""
-    return grade(response, ground_truth, "r1_zero_strict").rewards()
-
-
-def question_only_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
-    """The handout's reward for the question_only prompt: the last \\boxed{} is the answer; none -> 0, 0, 0."""
-    return grade(response, ground_truth, "question_only").rewards()

@@ -1,4 +1,5 @@
-"""The bound on single grading calls (`grade`, the handout's reward functions), outside a batch.
+"""Single grading calls, outside a batch, each bounded in time: `grade` and the handout's reward functions
+(`r1_zero_reward_fn`, `r1_zero_strict_reward_fn`, `question_only_reward_fn`, the three floats).
 
 - `bounded_grade`: through a lazily started one-worker `GraderPool` (a5core.grader.pool), under
   SINGLE_CALL_TIMEOUT_S; inline inside a grader worker (the worker itself is bounded); in other daemonic processes
@@ -16,7 +17,9 @@ import threading
 import time
 
 from a5core.grader import pool as _pool
+from a5core.grader.extract import EXTRACTORS
 from a5core.grader.pool import SINGLE_CALL_PATH, GraderPool, failed, in_grader_worker, timeout_result
+from a5core.grader.reward import GradeResult, grade_inline
 
 SINGLE_CALL_TIMEOUT_S = 5.0  # time limit of one `grade` / reward-function call (read at each call)
 _single: dict = {"pool": None, "pid": None}  # the single-call pool and the pid that owns its pipes
@@ -55,8 +58,6 @@ def _grade_inline_bounded(response, ground_truth, prompt: str) -> dict:
     """grade_inline in a daemonic process (no children allowed): under SIGALRM on the main thread, else
     unbounded after a one-time warning (see the module docstring)."""
     global _warned_unbounded
-    from a5core.grader.reward import grade_inline
-
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         if not _warned_unbounded:
             _warned_unbounded = True
@@ -85,8 +86,6 @@ def _grade_inline_bounded(response, ground_truth, prompt: str) -> dict:
 def bounded_grade(response, ground_truth, prompt: str) -> dict:
     """grade_inline(...).to_dict() under SINGLE_CALL_TIMEOUT_S (see the module docstring)."""
     if _pool.in_worker():  # a grader worker: already bounded
-        from a5core.grader.reward import grade_inline
-
         return grade_inline(response, ground_truth, prompt).to_dict()
     if in_grader_worker():
         return _grade_inline_bounded(response, ground_truth, prompt)
@@ -100,3 +99,29 @@ def bounded_grade(response, ground_truth, prompt: str) -> dict:
             pool.close()
             _single["pool"] = None
             return failed("error", str(err)[:300])
+
+
+def grade(response: str, ground_truth, prompt: str = "r1_zero") -> GradeResult:
+    """Grade one response against a ground truth (string, number or list of acceptable strings).
+
+    `prompt` selects the extraction rule: "r1_zero" (handout), "r1_zero_strict" or "question_only".
+    Time-bounded (see the module docstring): an item over the limit returns status `timeout`, reward 0.
+    """
+    if prompt not in EXTRACTORS:
+        raise ValueError(f"unknown prompt {prompt!r}; choose one of {sorted(EXTRACTORS)}")
+    return GradeResult(**bounded_grade(response, ground_truth, prompt))
+
+
+def r1_zero_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
+    """The handout's reward for the r1_zero prompt (its format rule, exactly); `fast` is accepted and unused."""
+    return grade(response, ground_truth, "r1_zero").rewards()
+
+
+def r1_zero_strict_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
+    """r1_zero with the strict anti-hack format rule (one answer block, nothing after it)."""
+    return grade(response, ground_truth, "r1_zero_strict").rewards()
+
+
+def question_only_reward_fn(response: str, ground_truth, fast: bool = True) -> dict[str, float]:
+    """The handout's reward for the question_only prompt: the last \\boxed{} is the answer; none -> 0, 0, 0."""
+    return grade(response, ground_truth, "question_only").rewards()

@@ -57,7 +57,7 @@ def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
     return work, run
 
 
-VOLATILE = ("run_record.json", "timing_")  # a5core/runinfo.py, history.py: the only files allowed to differ
+VOLATILE = ("run_record.json", "timing_")  # a5core/base/run_record.py, history.py: the only files allowed to differ
 
 
 def tree_digest(root: Path) -> dict[str, str]:

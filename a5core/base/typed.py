@@ -1,0 +1,247 @@
+"""Typed sections: the checks behind every params section, independent of what the sections are.
+
+- `from_dict(cls, data, section)` builds a frozen dataclass from a mapping: unknown keys, types, `Literal[...]`
+  choices and ranges (`Annotated[int, Bound(lo=1)]`), then the section's own `problems()`, all reported at once.
+- `load_yaml` reads YAML 1.2 floats (`3e-6`, as `dvc exp run -S` writes them) and rejects duplicate keys.
+- `read_params`, `load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read a params file.
+
+The project's sections and `check_params` are in a5core/config/sections.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+
+from a5core.base.errors import ProjectError
+
+
+class ConfigError(ProjectError, ValueError):
+    """A params value is unknown, of the wrong type, out of range, or inconsistent with another."""
+
+    hint = "fix it in the params file (params.yaml, conf/profile/*.yaml or the -S overrides)"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric range for `Annotated[int | float, Bound(...)]` fields (`lo`/`hi` inclusive unless open)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def problem(self, value: float) -> str | None:
+        low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        high = self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi)
+        if not (low or high):
+            return None
+        lo = "" if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        hi = "" if self.hi is None else f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return f"must be {' and '.join(s for s in (lo, hi) if s)}, got {value!r}"
+
+
+Positive = Annotated[int, Bound(lo=1)]
+NonNegative = Annotated[int, Bound(lo=0)]
+NonNegativeFloat = Annotated[float, Bound(lo=0)]
+PositiveFloat = Annotated[float, Bound(lo=0, lo_open=True)]
+Fraction = Annotated[float, Bound(lo=0, hi=1)]
+TopP = Annotated[float, Bound(0, 1, lo_open=True)]
+
+
+# Keys renamed since earlier releases -> their name now, in any section that has the new one: the old name is refused
+# with a pointer to the new (one name per quantity: the learning rate is `lr` in sft, ei, grpo and every run entry).
+RENAMED = {"learning_rate": "lr"}
+
+
+class Section:
+    """Base of every params section: `problems()` lists violated rules between fields; `validate()` raises them."""
+
+    def problems(self) -> list[str]:
+        return []
+
+    def validate(self) -> None:
+        found = self.problems()
+        if found:
+            raise ConfigError("\n".join(found))
+
+
+def _check_type(name: str, value: Any, tp: Any) -> Any:
+    """`value` converted to `tp` (list -> tuple, int -> float), or ConfigError naming `name`."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        inner, *marks = typing.get_args(tp)
+        value = _check_type(name, value, inner)
+        for mark in marks:
+            problem = mark.problem(value) if isinstance(mark, Bound) else None
+            if problem:
+                raise ConfigError(f"{name}: {problem}")
+        return value
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{name}: {value!r} is not one of {list(typing.get_args(tp))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        return _check_union(name, value, typing.get_args(tp))
+    if origin in (list, tuple):
+        return _check_sequence(name, value, tp)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+        return float(value)
+    if tp is Any or (isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        return value
+    raise ConfigError(f"{name}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _check_union(name: str, value: Any, args: tuple) -> Any:
+    if value is None and type(None) in args:
+        return None
+    for option in args:
+        if option is type(None):
+            continue
+        try:
+            return _check_type(name, value, option)
+        except ConfigError:
+            pass
+    raise ConfigError(f"{name}: {value!r} matches none of {args}")
+
+
+def _check_sequence(name: str, value: Any, tp: Any) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name}: expected a list, got {value!r}")
+    args = typing.get_args(tp) or (Any,)
+    if typing.get_origin(tp) is tuple and Ellipsis not in args:  # a fixed-length tuple, e.g. AdamW betas
+        if len(value) != len(args):
+            raise ConfigError(f"{name}: expected {len(args)} values, got {len(value)} ({value!r})")
+        return tuple(_check_type(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    return tuple(_check_type(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
+
+
+def closest(name: str, known: list[str] | tuple[str, ...]) -> str | None:
+    """The known name most like `name` (difflib's ratio >= 0.6), or what an old name like it was renamed to; or None."""
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if found:
+        return found[0]
+    old = difflib.get_close_matches(name, [k for k, new in RENAMED.items() if new in known], n=1, cutoff=0.6)
+    return RENAMED[old[0]] if old else None
+
+
+def unknown_key(section: str, key: Any, known: list[str]) -> str:
+    """One line for a key a section does not have: what it was renamed to, or the closest known key."""
+    if RENAMED.get(key) in known:
+        return f"{section}: key {key!r} was renamed to {RENAMED[key]!r}"
+    guess = closest(str(key), known)
+    hint = f"did you mean {section}.{guess}?" if guess else f"known keys: {', '.join(known)}"
+    return f"{section}: unknown key {key!r}; {hint}"
+
+
+def from_dict(cls, data: dict[str, Any] | None, section: str = ""):
+    """Build dataclass `cls` from a mapping; every unknown key, bad type, range or rule is reported at once."""
+    section = section or cls.__name__
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section}: expected a mapping of settings, got {data!r}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = [f.name for f in dataclasses.fields(cls)]
+    errors = [unknown_key(section, k, names) for k in data if k not in names]
+    kwargs = {}
+    for key, value in data.items():
+        if key in names:
+            try:
+                kwargs[key] = _check_type(f"{section}.{key}", value, hints[key])
+            except ConfigError as err:
+                errors.append(str(err))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    obj = cls(**kwargs)
+    if isinstance(obj, Section):
+        found = obj.problems()
+        if found:
+            raise ConfigError("\n".join(f"{section}: {p}" for p in found))
+    return obj
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 floats and no duplicate keys.
+
+    PyYAML follows YAML 1.1, where `3e-6` (no dot) is a string; DVC writes floats that way
+    (`dvc exp run -S grpo.lr=3e-6`), so they are read as YAML 1.2 reads them. A key given twice
+    would silently keep the last value, so it is an error.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1}): give each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+        r"|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load with YAML 1.2 floats (`1e-5`, `3E+2`) and duplicate keys rejected."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML: {err}") from None
+
+
+def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    try:
+        data = load_yaml(Path(path).read_text()) or {}
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:  # missing, a folder, unreadable, not text
+        raise ConfigError(f"{path}: cannot read the params file ({type(err).__name__}: {err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def load_section(cls, name: str, path: str | Path = "params.yaml", overrides: dict | None = None):
+    """Read section `name` of params file `path` into `cls`, applying `overrides` (one named run's settings)."""
+    params = read_params(path)
+    if name not in params:
+        raise ConfigError(f"{path}: no section {name!r}")
+    return from_dict(cls, {**(params[name] or {}), **(overrides or {})}, name)
+
+
+def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
+    """`section` with the overrides of entry `run` of the `runs` dict (one DVC foreach stage per entry).
+
+    The initial policy is shared by every run: it is a dependency path in dvc.yaml (`models/${section.init_policy}`),
+    so a per-run override would train from one model while DVC tracked another.
+    """
+    entries = read_params(path).get(runs) or {}
+    if run not in entries:
+        raise ConfigError(f"{path}: {runs} has no entry {run!r}; entries: {sorted(entries)}")
+    overrides = entries[run] or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{runs}.{run}: expected a mapping of overrides on {section}, got {overrides!r}")
+    if "init_policy" in overrides:
+        raise ConfigError(f"{runs}.{run}: init_policy cannot differ per run; set {section}.init_policy")
+    return load_section(cls, section, path, overrides)

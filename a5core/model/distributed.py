@@ -1,0 +1,360 @@
+"""Data-parallel training on torch.distributed, the same code on a CPU (gloo) and on GPUs (nccl), under torchrun.
+
+- `DistributedConfig`, the `distributed` params section; dvc.yaml runs the training stages through a5core.stage.launch,
+  which starts torchrun with it.
+  One process (`nproc: 1`, one node) starts no process group: today's single-process path, byte for byte.
+- Questions are split into contiguous blocks by global index (`block`); each request's seed comes from its global
+  index (SamplingConfig.index_offset), so the samples do not depend on the world size. Each rank generates and grades
+  its block, and the blocks are gathered in order (`gather`): every rank then holds the whole batch, so group
+  advantages, EI's filtering and validation metrics are the single process's.
+- An optimizer step keeps the single-process step's micro-batches and deals them out over ranks (`deal`). Each
+  micro-batch's loss is already its share of the whole step (a5core.model.microbatch.share), so gradients are *summed*:
+  - `ddp`: every rank holds the whole model; gradients are all-reduced in buckets once per optimizer step
+    (`reduce_gradients`). Why not torch's DistributedDataParallel wrapper: a micro-batch with a shared prompt prefix
+    runs two forwards (prefix, then the rest on its KV cache) before one backward, which DDP's reducer refuses.
+  - `fsdp2`: `fully_shard` per decoder layer, then the root; gradients reduce-scatter with divide factor 1 (a sum) in
+    every backward. Every forward all-gathers, so every rank runs the same number of forwards: `deal` pads the short
+    ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
+    one for others) is off (a5core/model/logprobs.py); a forward that is not `model(...)` (the chunked LM head) runs
+    through `as_forward`, inside the root unit's hooks. The vLLM engine is synced from the shards, one `full_tensor()`
+    at a time (`WholeState`, as TRL's colocate mode does), and rank 0 keeps a whole copy on the CPU for saving; the hf
+    backend generates from a whole copy on each rank (`full_weights`). Checkpoints hold whole state dicts, so a run
+    resumes on any number of ranks; rank 0 alone reads one back and broadcasts it into the shards
+    (a5core.run.checkpoint).
+- Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
+  (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import types
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from a5core.config.sections import Positive, Section
+
+BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per collective (DDP's default bucket size)
+
+
+@dataclass(frozen=True)
+class DistributedConfig(Section):
+    nproc: Positive = 1  # processes per node (torchrun --nproc-per-node): one per GPU; on a CPU, cores are shared out
+    nnodes: Positive = 1  # nodes (torchrun --nnodes); node 0 runs `dvc repro`, the others each training stage
+    strategy: Literal["ddp", "fsdp2"] = "ddp"  # ddp: a whole replica per rank; fsdp2: weights, grads, AdamW sharded
+    rdzv_endpoint: str = "localhost:0"  # host:port of node 0's rendezvous (torchrun --rdzv-endpoint); port 0: any free
+    hosts: tuple[str, ...] = ()  # nodes 1.. (ssh names): node 0's launcher starts each stage there (stage/launch.py)
+
+    def problems(self) -> list[str]:
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            return [f"rdzv_endpoint {self.rdzv_endpoint!r} must be host:port"]
+        if self.nnodes > 1 and (int(port) == 0 or host in ("localhost", "127.0.0.1")):
+            return ["nnodes > 1 needs rdzv_endpoint at node 0's address and a fixed port (e.g. node0:29400)"]
+        if self.hosts and len(self.hosts) != self.nnodes - 1:
+            return [f"hosts names the other nodes: {self.nnodes - 1} for nnodes {self.nnodes}, not {len(self.hosts)}"]
+        return []
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the run (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    strategy: str = "ddp"
+
+    @property
+    def sharded(self) -> bool:
+        return self.size > 1 and self.strategy == "fsdp2"
+
+
+_world = World()
+
+
+def world() -> World:
+    return _world
+
+
+def is_main() -> bool:
+    return _world.rank == 0
+
+
+def setup(cfg: DistributedConfig) -> World:
+    """Join torchrun's process group (cpu:gloo, cuda:nccl) when launched with more than one process; on one process,
+    nothing. A launch whose size disagrees with the section is an error (a stale command, or plain python)."""
+    global _world
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size != cfg.nproc * cfg.nnodes:
+        raise ValueError(
+            f"distributed: {size} process(es) running, but nproc x nnodes = {cfg.nproc * cfg.nnodes}; launch the "
+            "stage with `dvc repro` (its command runs torchrun with the section's values)"
+        )
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    _world = World(dist.get_rank() if size > 1 else 0, size, local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                   cfg.strategy)  # fmt: skip
+    if size > 1 and torch.cuda.is_available():
+        torch.cuda.set_device(local)
+    return _world
+
+
+def reset() -> None:
+    """Leave the process group and go back to one process (tests)."""
+    global _world, _full
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _world, _full = World(), None
+
+
+def device(default: torch.device) -> torch.device:
+    """This rank's device: cuda:<local rank> on GPUs, else `default`."""
+    return torch.device("cuda", _world.local_rank) if default.type == "cuda" else default
+
+
+def local_share(total: int) -> int:
+    """This node's `total` (CPU threads, grader workers) shared out over its processes (at least 1)."""
+    return max(1, total // _world.local_size)
+
+
+def block(n: int) -> range:
+    """This rank's contiguous share of n items by global index; the blocks, in rank order, are 0..n-1."""
+    return range(n * _world.rank // _world.size, n * (_world.rank + 1) // _world.size)
+
+
+def gather(local: list) -> list:
+    """Every rank's `local` list, concatenated in rank order, on every rank."""
+    if _world.size == 1:
+        return local
+    parts: list = [None] * _world.size
+    dist.all_gather_object(parts, local)
+    return [x for part in parts for x in part]
+
+
+def all_sum(values: dict[str, float]) -> dict[str, float]:
+    """Each key summed over ranks, in rank order (the same floats on every rank); a rank may lack a key."""
+    if _world.size == 1:
+        return values
+    parts: list = [None] * _world.size
+    dist.all_gather_object(parts, values)
+    return {k: sum(part.get(k, 0) for part in parts) for k in sorted({k for part in parts for k in part})}
+
+
+def from_main(obj):
+    """Rank 0's `obj` (picklable) on every rank; the others' own are ignored."""
+    if _world.size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is true on any rank: a decision every rank takes the same way (a rank's own clock may not)."""
+    return bool(flag) if _world.size == 1 else all_sum({"flag": int(flag)})["flag"] > 0
+
+
+def deal(groups: list[list[int]]) -> list[tuple[list[int], float]]:
+    """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2,
+    ranks short of one repeat the step's first group with weight 0 (every forward is a collective)."""
+    mine = [(g, 1.0) for g in groups[_world.rank :: _world.size]]
+    if _world.sharded:
+        mine += [(groups[0], 0.0)] * (-(-len(groups) // _world.size) - len(mine))
+    return mine
+
+
+def reduce_gradients(model) -> None:
+    """ddp: sum every used parameter's gradient over ranks, in buckets (a rank that ran no micro-batch contributes
+    zeros). fsdp2 reduced them in backward; one process has nothing to do."""
+    if _world.size == 1 or _world.sharded:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    used = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)  # (P,)
+    dist.all_reduce(used)  # a parameter no rank used keeps grad None, as on one process (AdamW skips it)
+    params = [p for p, n in zip(params, used.tolist()) if n]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    bucket: list[torch.Tensor] = []
+    for p in params:
+        if bucket and (
+            p.grad.dtype != bucket[0].dtype or sum(g.numel() * g.element_size() for g in bucket) > BUCKET_BYTES
+        ):
+            _all_reduce(bucket)
+            bucket = []
+        bucket.append(p.grad)
+    if bucket:
+        _all_reduce(bucket)
+
+
+def _all_reduce(grads: list[torch.Tensor]) -> None:
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of numels,)
+    dist.all_reduce(flat)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The transformer blocks of a transformers causal LM (each is one FSDP2 unit)."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"fsdp2: cannot find the decoder layers of {type(model).__name__}")
+    return layers
+
+
+def shard(model, streamed: bool = False):
+    """fsdp2 (size > 1): `fully_shard` each decoder layer, then the root, on a 1-D mesh of every rank; gradients are
+    summed, not averaged (each micro-batch's loss is already its share of the step). Otherwise `model` unchanged.
+    `streamed`: the generation backend takes the shards (`WholeState`), so only rank 0 keeps a whole copy, on the
+    CPU, for saving; else every rank keeps one beside the shards, for generation (`full_weights`)."""
+    if not _world.sharded:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    global _full
+    # before sharding: whole tensors, refreshed by full_weights (streamed: copied on the device, then moved, before
+    # any gradient or optimizer state exists)
+    _full = None if streamed and not is_main() else copy.deepcopy(model).eval()
+    if streamed and _full is not None:
+        _full.to("cpu")
+    mesh = init_device_mesh(next(model.parameters()).device.type, (_world.size,))
+    units = [*decoder_layers(model), model]
+    for unit in units:
+        # the root too (torch's default keeps it whole from a forward to the next backward): after a no-grad forward
+        # (validation, old log-probs, the engine's probe) its parameters would stay plain tensors, which an optimizer
+        # made then would hold and a state dict could not match to the shards
+        fully_shard(unit, mesh=mesh, reshard_after_forward=True)
+    for unit in units:
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    # a forward that is not model(...) (the chunked LM head calls the decoder, then the head's weight) runs through
+    # this method, which torch's register_fsdp_forward_method wraps in the root unit's forward hooks (`as_forward`)
+    model.a5_forward = types.MethodType(lambda self, fn, *args: fn(self, *args), model)
+    register_fsdp_forward_method(model, "a5_forward")
+    return model
+
+
+def as_forward(model, fn, *args):
+    """`fn(model, *args)` as a forward of `model`: under fsdp2 the root unit's hooks gather its parameters (embeddings,
+    final norm, LM head) around the call and reduce their gradients in backward, as around `model(...)`."""
+    return model.a5_forward(fn, *args) if _world.sharded else fn(model, *args)
+
+
+_full = None  # fsdp2: the full copy of the sharded policy (`shard`)
+
+
+@torch.no_grad()
+def full_weights(policy):
+    """The policy with whole tensors, for what must not be a collective: generation (ranks sample different prompts
+    for different lengths), saving. Under fsdp2 the copy `shard` made, refreshed from the shards one `full_tensor()`
+    at a time (every rank calls it at the same point; a rank without a copy, under `streamed`, gets None);
+    elsewhere the policy itself."""
+    if not _world.sharded:
+        return policy
+    mine = {} if _full is None else dict(_full.named_parameters())
+    for name, p in policy.named_parameters():
+        whole = _whole(p)
+        if mine:
+            mine[name].copy_(whole)
+    return _full
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered (a collective: every rank calls it for the same tensor), else `t` (already whole)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+class WholeState:
+    """A policy's state dict as (name, whole tensor) pairs, made as they are iterated: under fsdp2 each one is
+    gathered by `full_tensor()` then (every rank iterates in the same order; each item is a collective), so a
+    consumer that loads and drops them (vLLM's reload) never holds a whole copy. `shapes`: every name's whole
+    shape, known before any gathering."""
+
+    def __init__(self, state: dict[str, torch.Tensor]):
+        self.state = state
+        self.shapes = {name: t.shape for name, t in state.items()}  # a DTensor's shape is the whole one
+
+    def __iter__(self):
+        for name, t in self.state.items():
+            yield name, _whole(t).detach()
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+class FullWeightsBackend:
+    """A generation backend synced from `full_weights(policy)` under fsdp2, unless it takes the shards itself
+    (`takes_shards`: the vLLM engine, through `WholeState`); otherwise the backend itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def sync_weights(self, policy) -> None:
+        self.inner.sync_weights(policy if getattr(self.inner, "takes_shards", False) else full_weights(policy))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def model_state(policy) -> dict:
+    """The policy's state dict with whole tensors (fsdp2: gathered to rank 0's CPU; the other ranks get {})."""
+    if not _world.sharded:
+        return policy.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def optimizer_state(policy, opt) -> dict:
+    """The optimizer's state dict, whole (fsdp2: keyed by parameter name, so any world size can load it)."""
+    if not _world.sharded:
+        return opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(policy, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_states(policy, opt, model: dict, optim: dict) -> None:
+    """`model_state` and `optimizer_state` back into the (possibly sharded) policy and its optimizer, whichever
+    layout wrote them: one process keys the optimizer state by index, fsdp2 by parameter name (`_rekeyed`)."""
+    if not _world.sharded:
+        policy.load_state_dict(model)
+        opt.load_state_dict(_rekeyed(policy, opt, optim, by_name=False))
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)  # rank 0's copy, re-sharded
+    set_model_state_dict(policy, model, options=options)
+    set_optimizer_state_dict(policy, opt, _rekeyed(policy, opt, optim, by_name=True), options=options)
+
+
+def _rekeyed(policy, opt, optim: dict, by_name: bool) -> dict:
+    """An optimizer state dict keyed by parameter name (`by_name`) or by index in `opt`'s groups, from either."""
+    if not optim or (by_name == any(isinstance(p, str) for g in optim["param_groups"] for p in g["params"])):
+        return optim  # already so ({}: a rank that gets rank 0's copy under fsdp2)
+    names = {id(p): n for n, p in policy.named_parameters()}
+    order = [names[id(p)] for g in opt.param_groups for p in g["params"]]  # index -> name
+    key = dict(enumerate(order)) if by_name else {n: i for i, n in enumerate(order)}
+    groups = [{**g, "params": [key[p] for p in g["params"]]} for g in optim["param_groups"]]
+    return {"state": {key[k]: v for k, v in optim["state"].items()}, "param_groups": groups}
+
+
+def inference():
+    """A no-grad context for forwards of the policy: inference_mode, but no_grad under fsdp2, whose all-gather
+    buffers are reused by the training forwards (which may not write into an inference tensor)."""
+    return torch.no_grad() if _world.sharded else torch.inference_mode()
+
+
+def barrier() -> None:
+    if _world.size > 1:
+        dist.barrier()

@@ -1,0 +1,152 @@
+"""GRPO's update math, between the rollouts and the optimizer (a5core.rl.grpo runs the loop around it).
+
+- `rollout_batch`: graded samples -> a `RolloutBatch` (token ids exactly as sampled, group-normalized advantages,
+  the overlong penalty and truncation mask of a5core.rl.rl_options, the engine's log-probs for TIS).
+- `old_log_probs_for`: log-probs of a fixed policy (the pre-update one, or the KL reference), once per rollout batch.
+- `optimizer_step`: one optimizer step over some rollouts: micro-batched forward/backward through
+  `grpo_microbatch_train_step`, each micro-batch's loss its share of the step's mean (a5core.model.microbatch), so the
+  update is the same for any split; clip; AdamW. Returns the step's `train/` and `perf/` metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from a5core.base.records import GradedSample, RolloutBatch
+from a5core.model import distributed, microbatch
+from a5core.model.autocast import autocast_context
+from a5core.model.logprobs import get_response_log_probs
+from a5core.model.tokenization import pad_token_id, tokenize_ids
+from a5core.rl.advantages import group_normalize
+from a5core.rl.grpo_config import GRPOConfig
+from a5core.rl.losses import grpo_microbatch_train_step, normalizer_units
+from a5core.rl.rl_options import engine_log_probs, loss_terms, overlong_penalty, truncation_keep
+
+
+def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict:
+    """Rollouts `idx` tokenized and right-padded, with each row's real length (`lengths`, for packing)."""
+    t = tokenize_ids([rollouts.prompt_ids[i] for i in idx], [rollouts.output_ids[i] for i in idx], rollouts.pad_id)
+    lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) - 1 for i in idx]
+    return {**{k: v.to(device) for k, v in t.items()}, "lengths": lengths}
+
+
+def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tuple[RolloutBatch, dict]:
+    """Rewards -> group-normalized advantages, with the prompt and sampled ids of every rollout."""
+    raw = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # (N,)
+    if cfg.overlong_buffer:  # DAPO's soft overlong punishment, part of the reward the advantages see
+        lengths = torch.tensor([s.output_tokens for s in samples])  # (N,)
+        raw = raw + overlong_penalty(lengths, cfg.max_tokens, cfg.overlong_buffer, cfg.overlong_penalty)  # (N,)
+    adv, meta = group_normalize(raw, cfg.group_size, cfg.advantage_eps, cfg.use_std_normalization, cfg.std_ddof)  # (N,)
+    pad = pad_token_id(tokenizer)
+    prompts = [tokenizer(s.prompt, add_special_tokens=False)["input_ids"] for s in samples]
+    outputs = [
+        list(s.token_ids) or [tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad] for s in samples
+    ]
+    keep = truncation_keep([s.finish_reason for s in samples]) if cfg.mask_truncated else None  # (N,)
+    engine = engine_log_probs(samples) if cfg.tis_cap else None
+    return RolloutBatch(prompts, outputs, raw, adv, pad, keep=keep, rollout_log_probs=engine), meta
+
+
+def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[list[int]]:
+    """Rollouts `idx` as compute micro-batches: the handout's `count` per micro-batch, or model.micro_batch_tokens."""
+    lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) for i in idx]
+    prompts = [rollouts.prompt_ids[i] for i in idx]
+    return [[idx[j] for j in group] for group in microbatch.micro_batches(lengths, count, prompts)]
+
+
+def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:
+    """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph); on N ranks each
+    computes its share of the micro-batches and every rank gets them all."""
+    mine: list[tuple[int, torch.Tensor]] = []
+    for idx, weight in distributed.deal(_micro_batches(rollouts, list(range(len(rollouts))), micro)):
+        b = _batch(rollouts, idx, device)
+        with distributed.inference(), autocast_context(policy):
+            lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
+                "log_probs"
+            ]  # (b, T)
+        mine += [(i, lp[j].cpu()) for j, i in enumerate(idx)] if weight else []  # gathered through the CPU
+    out = dict(distributed.gather(mine))
+    return [out[i].to(device) for i in range(len(rollouts))]
+
+
+def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - r.shape[0]))) for r in rows])  # (b, T)
+
+
+def _micro_step(
+    policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], step_units: int, device, weight: float = 1.0
+) -> dict:
+    """Forward/backward of micro-batch `mi` with its share of the step's loss (times `weight`: 0 is a fsdp2 rank's
+    repeat that only keeps the collectives in step); returns its sums for the log."""
+    b = _batch(rollouts, mi, device)
+    with autocast_context(policy):
+        out = get_response_log_probs(
+            policy,
+            b["input_ids"],
+            b["labels"],
+            return_token_entropy=True,
+            share_prefix=True,
+            entropy_grad=bool(cfg.entropy_coef),
+            lengths=b["lengths"],
+        )
+    width, mask = b["labels"].shape[1], b["response_mask"]
+    old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
+    terms, option_terms = loss_terms(cfg, out, old, rollouts, mi, width)
+    loss, meta = grpo_microbatch_train_step(
+        out["log_probs"],
+        mask,
+        microbatch.share(step_units, normalizer_units(cfg.length_normalization, mask)) / weight if weight else math.inf,
+        cfg.loss_type,
+        raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
+        advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
+        old_log_probs=old,
+        cliprange=cfg.clip_bounds,
+        length_normalization=cfg.length_normalization,
+        normalize_constant=cfg.normalize_constant,
+        **terms,
+    )
+    if not weight:  # a fsdp2 rank's repeat: nothing to log
+        return {}
+    tokens = int(mask.sum())
+    return {
+        "loss": float(loss),
+        "clip": float(meta["clip_fraction"]) * tokens,
+        "entropy": float((out["token_entropy"].detach() * mask).sum()),
+        "tokens": tokens,
+        "cells": microbatch.cost(b["lengths"], microbatch.settings().pack_sequences),  # positions the forward computed
+        "real": sum(b["lengths"]),  # of which real (not padding)
+        **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
+    }
+
+
+def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device) -> dict:
+    """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step.
+
+    Each micro-batch's loss is its share of the step's mean (microbatch.share over losses.normalizer_units), so the
+    update is the same for any split into micro-batches (the handout's, or a token budget) and over ranks, whose
+    gradients are summed (a5core.model.distributed)."""
+    token_mean = cfg.length_normalization == "token_mean"
+    step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
+    t0 = time.monotonic()
+    sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
+    for mi, weight in distributed.deal(_micro_batches(rollouts, idx, cfg.micro_batch_size)):
+        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device, weight).items():
+            sums[key] = sums.get(key, 0) + value
+    distributed.reduce_gradients(policy)
+    sums = distributed.all_sum(sums)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    n_tok = max(sums["tokens"], 1)
+    return {  # the optimizer step's row; `train/...`: per response token unless said
+        "train/loss": sums["loss"],  # the step's loss (its micro-batches' shares summed)
+        "train/grad_norm": grad_norm,  # L2 norm before clipping
+        "train/clip_fraction": sums["clip"] / n_tok,  # share of tokens whose ratio was clipped (grpo_clip)
+        "train/entropy": sums["entropy"] / n_tok,  # mean next-token entropy, nats
+        **{f"train/{k.removeprefix('option/')}": v / n_tok for k, v in sums.items() if k.startswith("option/")},
+        "perf/tokens_per_s": sums["real"] / (time.monotonic() - t0),  # real (not padding) positions forwarded per s
+        "perf/padding_fraction": 1 - sums["real"] / max(sums["cells"], 1),  # share of forwarded positions padded
+    }

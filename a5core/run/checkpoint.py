@@ -1,0 +1,178 @@
+"""Resumable training state in a scratch folder outside DVC's cache.
+
+The folder holds `fingerprint.txt` (a hash of the run's params and inputs) and `state/` (model, optimizer,
+scheduler, RNG states, step, history so far), replaced atomically: written to `state.tmp/`, then renamed. A run
+whose fingerprint differs starts fresh (the old state is deleted). A SIGKILL at any moment leaves either the
+previous complete state or the new one.
+
+States are loaded with `torch.load(weights_only=True)`: only tensors and plain containers, so a crafted file in
+`scratch/` cannot run code. A state that fails to load (truncated by a full disk, say) is moved aside with a
+warning and the run starts from scratch instead of failing on every rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from a5core.model import distributed
+
+
+def fingerprint(params: Any, inputs: dict[str, str]) -> str:
+    from a5core.base.artifacts import _jsonable, hash_path
+
+    blob = json.dumps(
+        {"params": params, "inputs": {k: hash_path(v) for k, v in inputs.items()}}, default=_jsonable, sort_keys=True
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def rng_state() -> dict:
+    # Python's random state is (version, tuple of 625 ints, gauss) -- plain data that weights_only can load.
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+WHOLE = ("model", "optimizer")  # the whole-tensor parts of a state, which fsdp2 loads from rank 0 by broadcast
+
+
+def _read(path: Path) -> tuple[dict | None, Exception | None]:
+    """(state, the error that made it unreadable). Every rank reads the file, but under fsdp2 rank 0 alone: the
+    others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- `distributed.load_states` then
+    streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's whole AdamW state, ~84 GB,
+    would need ~670 GB of host memory on one node)."""
+    state, err = None, None
+    if distributed.is_main() or not distributed.world().sharded:
+        try:
+            state = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as caught:  # any unreadable file means: do not resume from it
+            err = caught
+    if not distributed.world().sharded:
+        return state, err
+    rest = None if state is None else {k: v for k, v in state.items() if k not in WHOLE}
+    rest = distributed.from_main(rest)
+    if distributed.is_main():
+        return state, err
+    return (None, None) if rest is None else ({**rest, **{k: {} for k in WHOLE}}, None)
+
+
+class Checkpointer:
+    """Save/restore of one run's state under `folder`; `every`: steps between saves (0 = never)."""
+
+    def __init__(self, folder: str | Path, fp: str, every: int):
+        self.folder, self.every = Path(folder), every
+        fp_file = self.folder / "fingerprint.txt"
+        if distributed.is_main():  # one writer; the other ranks only read, after it (barrier)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if not fp_file.exists() or fp_file.read_text() != fp:
+                for name in ("state", "state.old", "state.tmp"):  # a state of other inputs or params is never resumed
+                    shutil.rmtree(self.folder / name, ignore_errors=True)
+                fp_file.write_text(fp)
+        distributed.barrier()
+
+    def load(self) -> dict | None:
+        """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning). On N ranks
+        the ranks agree on whether it was readable (`_read`), and rank 0 alone moves it aside."""
+        for name in ("state", "state.old"):  # state.old exists only if a kill hit between the two renames
+            path = self.folder / name / "state.pt"
+            if not distributed.any_rank(path.exists()):
+                continue
+            state, err = _read(path)
+            if not distributed.any_rank(err is not None):
+                return state
+            if distributed.is_main():
+                aside = self.folder / f"{name}.corrupt-{int(time.time())}"
+                path.parent.rename(aside)
+                why = f"{type(err).__name__}: {str(err)[:200]}" if err else "unreadable on another rank"
+                print(
+                    f"WARNING: {path} could not be loaded ({why}); moved to {aside}. "
+                    "Starting from the previous state or from scratch.",
+                    file=sys.stderr,
+                )
+            distributed.barrier()
+        return None
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    def save(self, state: dict) -> None:
+        """Write `state` (rank 0 of a distributed run; the others wait for it)."""
+        if distributed.is_main():
+            self._write(state)
+        distributed.barrier()
+
+    def _write(self, state: dict) -> None:
+        tmp, final, old = self.folder / "state.tmp", self.folder / "state", self.folder / "state.old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save(state, tmp / "state.pt")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        for aside in self.folder.glob("state*.corrupt-*"):  # a good state exists again
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def save_training(self, policy, optimizer, step: int, history: list, scheduler=None, **extra) -> None:
+        """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state())."""
+        state = {
+            "model": distributed.model_state(policy),  # whole tensors, also under fsdp2 (any world size resumes)
+            "optimizer": distributed.optimizer_state(policy, optimizer),
+            "rng": rng_state(),
+            "step": step,
+            "history": history,
+            **extra,
+        }
+        if scheduler is not None:
+            state["scheduler"] = scheduler.state_dict()
+        self.save(state)
+
+    def restore_training(self, policy, optimizer, scheduler=None) -> dict:
+        """Load the last saved state into the objects and return it ({} when there is none)."""
+        state = self.load()
+        if not state:
+            return {}
+        distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        return state
+
+    def clear(self) -> None:
+        """Delete the folder, and its parents up to `scratch/` when they are left empty (rank 0)."""
+        distributed.barrier()
+        if distributed.is_main():
+            clear_scratch(self.folder)
+
+
+def clear_scratch(folder: str | Path) -> None:
+    """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it."""
+    shutil.rmtree(folder, ignore_errors=True)
+    remove_empty_parents(Path(folder))
+
+
+def remove_empty_parents(folder: Path, stop: str = "scratch") -> None:
+    """Remove `folder`'s empty parents up to and including the nearest one named `stop` (none: nothing)."""
+    parents = list(Path(folder).resolve().parents)
+    names = [p.name for p in parents]
+    if stop not in names:
+        return
+    for parent in parents[: names.index(stop) + 1]:
+        try:
+            parent.rmdir()  # only succeeds when empty
+        except OSError:
+            return

@@ -1,0 +1,139 @@
+"""What every stage script calls: arguments (paths come from dvc.yaml) with the pre-flight first,
+the entry point that turns the project's own errors into one line, torch setup, row I/O.
+
+- `announce()`: when DVC runs a stage (`$DVC_STAGE`), `args` calls it to print one line about the whole pipeline,
+  `python -m a5core.checks.forecast --line <stage>`, e.g.
+  `[dvc repro] stage 21 of 22: grpo@x | 0:12:03 since dvc started | forecast: this stage 2.1 min, 1 more stage 0.1 min`
+  It runs in a process of its own beside the stage: the stage starts at once, and what the line reads (DVC's index,
+  the run records) is no dependency of the stage's outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+
+from a5core.base.errors import ProjectError
+from a5core.base.records import read_rows
+from a5core.base.typed import ConfigError
+from a5core.run import preflight
+from a5core.run.dag import model_folder_problem
+
+
+class _KnownNoise(logging.Filter):
+    """Drops the warnings libraries print on every model stage that say nothing about this run, and nothing else:
+    - torchao 0.18's compiled kernels (`torchao/_C*.so`: mxfp8 and CUTLASS, GPU kernels a5 does not use) are built for
+      torch 2.11, so on the pinned torch they fail to load, which torchao logs at import (transformers imports it
+      whenever it loads or saves a model); a5 uses only torchao's Python optimizers (a5core/model/optim.py);
+    - torch deprecates `register_constant()` on Enum classes, which torchao calls on two of its own when it loads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        kernel = text.startswith("Failed to load ") and "/torchao/_C" in text and "Could not load this library" in text
+        enum = "is an Enum subclass and is now natively supported by torch.compile" in text
+        return not (kernel or enum)
+
+
+def quiet_known_noise() -> None:
+    """Install `_KnownNoise` on the two loggers that print it (idempotent)."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+            logger.addFilter(_KnownNoise())
+
+
+def run(main: Callable[[], None]) -> None:
+    """Run a stage's `main`: an error the project detected (a `ProjectError`) exits 1 with one line `error: ...`
+    naming the file or key and what to do (its `hint`); any other exception keeps its traceback."""
+    try:
+        main()
+    except ProjectError as err:
+        hint = err.hint
+        text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+        sys.exit(f"error: {text} ({hint})")
+
+
+def args(*names: str, **extra) -> argparse.Namespace:
+    """`--name PATH` for each name, plus typed extras; then the pre-flight (a5core/run/preflight.py) and the stage's
+    input model folder. The whole params file is checked by the check_params stage, which every stage is downstream
+    of; a stage's own sections are checked again as it loads them (`load_section`)."""
+    quiet_known_noise()
+    announce()  # one line on the whole pipeline, from a process of its own (below)
+    parser = argparse.ArgumentParser()
+    for name in names:
+        parser.add_argument(f"--{name}", required=True)
+    for name, tp in extra.items():
+        parser.add_argument(f"--{name}", type=tp, default=None)
+    parser.add_argument("--params", default="params.yaml")
+    parsed = parser.parse_args()
+    try:
+        # a GPU profile on a machine that cannot run it: the user must hear "no CUDA here" before being sent to fetch
+        # its data (check_params checks the data files)
+        preflight.check(parsed.params)
+    except ConfigError as err:
+        refuse(err, parsed.params)
+    if getattr(parsed, "model", None):
+        _check_model_folder(parsed.model, parsed.params)
+    return parsed
+
+
+def refuse(err: ConfigError, params: str) -> NoReturn:
+    """Exit with every problem of the params, before any work."""
+    sys.exit(f"error: {err}\nNothing was run. Fix these values in {params} (or the -S overrides) and rerun.")
+
+
+def _check_model_folder(model: str, params: str) -> None:
+    """The stage's input model folder must be there: else which stage of dvc.yaml writes it."""
+    problem = model_folder_problem(model, params)
+    if problem:
+        sys.exit(f"error: {problem}. Nothing was run.")
+
+
+def setup_torch(seed: int = 0, share=lambda cores: cores) -> torch.device:
+    """Seed torch, use every core (A5_THREADS to limit; `share` divides them among a node's processes), and return
+    the training device (cuda:0 when present)."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(share(int(os.environ.get("A5_THREADS", os.cpu_count() or 1))))
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def rows(path: str | Path, required: list[str] | tuple[str, ...]) -> list[dict]:
+    """The rows of a Parquet input, checked (columns, their record types, no nulls, unique ids, some rows) before
+    any work: a5core.base.records.read_rows."""
+    return read_rows(path, required)
+
+
+def dvc_started() -> float | None:
+    """When the `dvc` process that runs this stage started (the nearest ancestor whose command is dvc)."""
+    import psutil
+
+    for proc in psutil.Process().parents():
+        try:
+            words = [os.path.basename(w) for w in proc.cmdline()[:2]]
+        except psutil.Error:
+            continue
+        if "dvc" in words:
+            return proc.create_time()
+    return None
+
+
+def announce() -> None:
+    """Print the pipeline line for the stage DVC is running (rank 0 only), from a process of its own: the stage goes
+    on at once, and nothing the line needs (DVC's index, the forecast) becomes a dependency of the stage."""
+    stage = os.environ.get("DVC_STAGE")
+    if not stage or os.environ.get("RANK", "0") != "0" or os.environ.get("A5_NO_PIPELINE_LINE"):
+        return
+    line = [sys.executable, "-m", "a5core.checks.forecast", "--line", stage]
+    started = dvc_started()
+    line += ["--dvc_started", str(started)] if started else []
+    proc = subprocess.Popen(line, stdin=subprocess.DEVNULL)
+    threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it ends; never waited for

@@ -1,0 +1,104 @@
+"""Run a training stage on the `distributed` section's processes: `python -m a5core.stage.launch stages/<x>.py <args>`.
+
+- One process on one node (`nproc: 1`, `nnodes: 1`): the script replaces this process (os.execv), exactly the
+  command without the launcher: today's single-process path.
+- Otherwise torchrun (`python -m torch.distributed.run`): `--nproc-per-node nproc --nnodes nnodes`, c10d rendezvous
+  at `rdzv_endpoint` (port 0 on one node: any free port).
+- Several nodes: node 0 runs `dvc repro`; with `hosts`, its launcher starts the same command on each other node over
+  `ssh` (DeepSpeed's launcher does the same; $A5_REMOTE_SHELL replaces `ssh -o BatchMode=yes`), in the same directory
+  with the same interpreter, so every node must see the repository and the environment at the same paths. The first
+  node to fail stops the others. Without `hosts`, start the stage's command on each other node yourself.
+The section is read from the stage's `--params` file (default params.yaml) and validated first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from a5core.config.sections import load_section
+from a5core.model.distributed import DistributedConfig
+
+
+def command(cfg: DistributedConfig, script: list[str]) -> list[str]:
+    """The argv that runs `script` (a stage script and its arguments) on the section's processes."""
+    if cfg.nproc * cfg.nnodes == 1:
+        return [sys.executable, *script]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}",
+        f"--nproc-per-node={cfg.nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={cfg.rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id(script)}",
+        "--",  # the script's own flags follow (torchrun would take --run for its --run-path)
+        *script,
+    ]
+
+
+def rdzv_id(script: list[str]) -> str:
+    """The rendezvous id: the same on every node (they run the same command), distinct per stage (grpo@a, grpo@b)."""
+    return f"{Path(script[0]).stem}-{hashlib.sha256(' '.join(script).encode()).hexdigest()[:12]}"
+
+
+def params_path(script: list[str]) -> str:
+    """The stage's `--params` value (its default: params.yaml)."""
+    for i, arg in enumerate(script):
+        if arg == "--params" and i + 1 < len(script):
+            return script[i + 1]
+        if arg.startswith("--params="):
+            return arg.split("=", 1)[1]
+    return "params.yaml"
+
+
+FOLLOWER = "A5_LAUNCH_NODE"  # set on the other nodes: they run their torchrun and start nothing more
+
+
+def remote(host: str, argv: list[str]) -> list[str]:
+    """The command that runs `argv` on `host`, in this directory (the same path on every node)."""
+    shell = shlex.split(os.environ.get("A5_REMOTE_SHELL", "ssh -o BatchMode=yes"))
+    return [*shell, host, f"cd {shlex.quote(os.getcwd())} && {FOLLOWER}={shlex.quote(host)} exec {shlex.join(argv)}"]
+
+
+def fan_out(hosts: tuple[str, ...], argv: list[str]) -> int:
+    """Run `argv` here and on every host; when one fails, stop the rest. Returns the first nonzero exit status."""
+    procs = [subprocess.Popen(remote(h, argv)) for h in hosts] + [subprocess.Popen(argv)]
+
+    def stop(*_):
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(143)))
+    while any(p.poll() is None for p in procs) and not any(p.poll() for p in procs):
+        time.sleep(0.5)
+    failed = next((p.returncode for p in procs if p.poll()), 0)
+    if failed:
+        stop()
+    for p in procs:
+        p.wait()
+    return failed
+
+
+def main(argv: list[str] | None = None) -> None:
+    script = list(sys.argv[1:] if argv is None else argv)
+    if not script or not script[0].endswith(".py"):
+        sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
+    cfg = load_section(DistributedConfig, "distributed", params_path(script))
+    argv_out = command(cfg, script)
+    sys.stdout.flush()
+    if cfg.hosts and FOLLOWER not in os.environ:
+        sys.exit(fan_out(cfg.hosts, argv_out))
+    os.execv(argv_out[0], argv_out)
+
+
+if __name__ == "__main__":
+    main()

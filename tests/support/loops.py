@@ -1,0 +1,158 @@
+"""The training loops in unit tests, on a tiny model: stand-ins for their collaborators and short runs of them.
+
+- Stand-ins (logic only; the real engine, grader and evaluation are tested on their own): `StubBackend` cycles
+  through fixed texts, `StubPool` rewards 'good', `StubValidator` returns a fixed evaluation (`stub_evaluation`),
+  `DyingHistory` is a RunHistory whose process is 'killed' at a given step.
+- Rows: `ROWS` (problems for GRPO and EI), `SFT_ROWS` (prompt/response pairs for SFT); `flat_grads(model)`.
+- GRPO: `grpo_cfg(**overrides)` (a 2-step config on those rows) and `run_grpo(policy, tok, folder, cfg, ...)`.
+
+May import: a5core and torch. Test modules import this; it imports no test module.
+"""
+
+import torch
+
+from a5core.generation.base import Completion
+from a5core.rl.grpo import GRPOConfig, train_grpo
+from a5core.run.evaluation import Evaluation
+from a5core.run.history import RunHistory
+
+ROWS = [
+    {"unique_id": f"q{i}", "problem": f"Compute {i} + {i}.", "answer": str(2 * i), "subject": "s", "level": "Level 1"}
+    for i in range(6)
+]
+SFT_ROWS = [
+    {
+        "unique_id": str(i),
+        "prompt": f"Compute {i} + 1.",
+        "response": f" {i} + 1 = {i + 1}. </think> <answer>{i + 1}</answer>",
+    }
+    for i in range(8)
+]
+METRICS = {
+    "eval/accuracy": 0.0,
+    "eval/accuracy_lo": 0.0,
+    "eval/accuracy_hi": 0.5,
+    "eval/format_rate": 0.0,
+    "count/questions": 4,
+    "count/samples_per_question": 1,
+    "eval/response_tokens": 0.0,
+    "eval/entropy": 0.0,
+}
+
+
+class StubBackend:
+    """Each prompt gets n completions cycling through `texts`."""
+
+    def __init__(self, tok, texts):
+        self.tok, self.texts, self.calls, self.synced = tok, texts, 0, []
+
+    def _completion(self, text):
+        return Completion(text, tuple(self.tok(text, add_special_tokens=False)["input_ids"]), "stop")
+
+    def generate(self, prompts, sampling, progress=True):
+        self.calls += 1
+        return [[self._completion(self.texts[j % len(self.texts)]) for j in range(sampling.n)] for _ in prompts]
+
+    def sync_weights(self, policy):
+        self.synced.append(next(policy.parameters()).detach().clone())
+
+
+class StubPool:
+    """Reward 1 for responses containing 'good'."""
+
+    path = "tests:stub"
+
+    def map(self, responses, gts, progress=False):
+        out = []
+        for r in responses:
+            ok = float("good" in r)
+            out.append(
+                {
+                    "format_reward": 1.0,
+                    "answer_reward": ok,
+                    "reward": ok,
+                    "status": "correct" if ok else "wrong",
+                    "extracted": r,
+                    "normalized_pred": r,
+                    "normalized_gt": "",
+                    "detail": "",
+                }
+            )
+        return out
+
+    def audit(self, responses, gts, prompt):
+        return [None] * len(responses)  # no grader audit (GraderPool(audit=False))
+
+
+def stub_evaluation(accuracy: float = 0.0) -> Evaluation:
+    return Evaluation([], {**METRICS, "eval/accuracy": accuracy}, {}, {"q0": accuracy}, [])
+
+
+class StubValidator:
+    """validate(policy, full=...) -> a fixed evaluation; syncs the backend like pipeline.Validator."""
+
+    def __init__(self, backend=None):
+        self.backend, self.calls = backend, []
+
+    def __call__(self, policy, *, full):
+        self.calls.append(full)
+        if self.backend is not None:
+            self.backend.sync_weights(policy)
+        return stub_evaluation()
+
+
+class DyingHistory(RunHistory):
+    """A RunHistory whose process is 'killed' (KeyboardInterrupt) when it logs train step `die_at`."""
+
+    def __init__(self, folder, die_at=None, **kw):
+        super().__init__(folder / "live", folder / "logs", name="test", total_steps=0, **kw)
+        self.die_at = die_at
+
+    def log(self, kind, row, *, echo=True):
+        super().log(kind, row, echo=echo)
+        if kind == "train" and row["step"] == self.die_at and echo:
+            raise KeyboardInterrupt("killed")
+
+
+def flat_grads(model) -> torch.Tensor:
+    """Every parameter's gradient, flattened into one tensor (those without a gradient left out)."""
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+INITIAL = {"metrics": METRICS, "per_question": {"q0": 0.0}}
+
+
+def grpo_cfg(**kw) -> GRPOConfig:
+    """Two GRPO steps of 8 rollouts (2 questions x 4) in 2 micro-batches, a checkpoint after each, no mid-run eval."""
+    base = dict(
+        n_grpo_steps=2,
+        lr=3e-3,
+        rollout_batch_size=8,
+        group_size=4,
+        train_batch_size=8,
+        gradient_accumulation_steps=2,
+        max_tokens=8,
+        eval_every=0,
+        eval_examples=2,
+        checkpoint_every=1,
+    )
+    return GRPOConfig(**{**base, **kw})
+
+
+def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None):
+    """train_grpo on ROWS with the stand-ins (a StubBackend of `texts` unless `backend`), logging under `folder`;
+    `die_at`: killed when logging that train step. Returns (the run's details, its history)."""
+    with DyingHistory(folder, die_at) as history:
+        result = train_grpo(
+            policy,
+            tok,
+            backend or StubBackend(tok, list(texts)),
+            train_rows=ROWS,
+            cfg=cfg,
+            pool=StubPool(),
+            validate=StubValidator(),
+            history=history,
+            ckpt=ckpt,
+            initial=INITIAL,
+        )
+    return result.details, history
