@@ -26,7 +26,7 @@ def missing_key(cfg: DictConfig, key: str) -> str | None:
             where = ".".join(done)
             guess = closest(part, known)
             hint = f"did you mean {'.'.join([*done, guess])}?" if guess else f"{where or 'params'} has {known}"
-            return f"unknown param {key!r}: {hint} (conf/profile/*.yaml lists every param)"
+            return f"unknown param {key!r}: {hint} (conf/profile/default.yaml lists every param)"
         node, done = node._get_node(part), [*done, part]
     return None
 
