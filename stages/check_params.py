@@ -3,8 +3,9 @@
 DVC deletes a stage's outputs before its command runs, so a `*_runs` key that climbs out of the repo (`x/../../v`)
 would make DVC delete a folder outside it before that run's own check (and a bad value of any section would let DVC
 delete the outputs of the stage it reaches, logs included). This stage reruns whenever any param changes, and every
-stage is downstream of it (prepare_math depends on its output), so `dvc repro` and `dvc exp run` stop here. Its
-output is always the same text: no stage reruns because this one did.
+stage is downstream of it (fetch_model and prepare_math depend on its output), so `dvc repro` and `dvc exp run` stop
+here. It is the one place the whole file is checked (a5core/checks/params.py); the other stages check the sections
+they load. Its output is always the same text: no stage reruns because this one did.
 """
 
 from a5core.base.artifacts import write_json
