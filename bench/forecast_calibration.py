@@ -4,9 +4,8 @@
 - `--before`: a commit whose run records (results/**/run_record.json) and dvc.lock came from the old machine kind;
   `--after`: the commit of a full run on the new kind, whose params are forecast and whose records are the truth.
 - For each `--calibrate` stage: the forecast (`a5core.checks.forecast.forecast`) from the old records with that one
-  stage's
-  record (and lock entry) taken from the new run, as if it alone had run on the new machine first; printed beside
-  what the other stages took there: the total ratio and the per-stage range.
+  stage's record (and lock entry) taken from the new run, as if it alone had run on the new machine first; printed
+  beside what the other stages took there: the total ratio and the per-stage range.
 """
 
 from __future__ import annotations

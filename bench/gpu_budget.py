@@ -11,7 +11,7 @@ Qwen2.5-Math-1.5B's architecture with random weights in bf16 (bench/gpu_check.py
   with `group_prompts` (one question's 8 samples per micro-batch, their whole prompt computed once). Each:
   an untimed pass (new shapes cost warm-up; its peak allocated and reserved GB), a timed pass, the plan's GB for the
   policy's GPU at that budget, the loss and gradient norm (the same step to bf16 tolerance: exact equality is
-  tests/test_compute.py's, in float32), and the GPU's busy share (kernel time under torch's profiler over the
+  tests/test_microbatch.py's, in float32), and the GPU's busy share (kernel time under torch's profiler over the
   step's wall time) of a step over the first 32 rollouts.
 - distributed: a process group of one on `cpu:gloo,cuda:nccl`. An NCCL all-reduce of a step's gradients through
   a5core.model.distributed's bucket function (one rank: a sum that changes nothing). Then the fsdp2 path on a mesh of
@@ -242,7 +242,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=0, help="rollouts per step (default: the profile's batch)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("gpu_budget: no CUDA device; the CPU's equivalence tests are tests/test_compute.py")
+        sys.exit("gpu_budget: no CUDA device; the CPU's equivalence tests are tests/test_microbatch.py")
     from transformers import AutoTokenizer
 
     params = load_yaml((ROOT / "conf/profile/full.yaml").read_text())

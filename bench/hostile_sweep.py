@@ -5,9 +5,9 @@
 In a smoke-profile copy of the repo: every data case of tests/support/hostile_inputs.py as `data.source` /
 `data.sft_source` of the real `prepare_math` command, every prepared-Parquet case as the input of the real command of
 each stage that reads it, and a grid of bad params values (every leaf of every section set to null, a list and a wrong
-string; every section missing; structural damage; run names that climb out; nonexistent init_policy; callables that
-are no reward function) through `check_params`, the call every stage makes first (a ConfigError there is the stage's
-clean refusal; any other exception would be its traceback). Counts: refused in one line, tracebacks, accepted.
+string; every section missing; structural damage; run names that climb out; nonexistent init_policy; callables that are
+no reward function) through `check_params`, the stage every other stage is downstream of (a ConfigError there is the
+stage's clean refusal; any other exception would be its traceback). Counts: refused in one line, tracebacks, accepted.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def old_order(stage_args: list[str]) -> None:
     sys.path.insert(0, "stages")
     import sft  # stages/sft.py
 
-    sft.stage.run(sft.main)
+    sft.entry.run(sft.main)
 
 
 if __name__ == "__main__":  # grader workers re-import this file: nothing may run on import

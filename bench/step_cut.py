@@ -1,6 +1,5 @@
 """Time and memory of one optimizer step for each way of cutting it (a5core/model/microbatch.py), as ratios to the
-handout's
-padded split, measured in one run on this machine.
+handout's padded split, measured in one run on this machine.
 
     python -m bench.step_cut --model models/base --lengths dag --out reports/step_cut_dag.json
     python -m bench.step_cut --model models/base --lengths longtail --out reports/step_cut_longtail.json

@@ -1,8 +1,7 @@
-"""dvc.yaml is honest: each stage depends on exactly the a5core packages its script imports (their folders), each
-stage that grades on rewards/ (custom reward functions), each params
-section is read by the stages that list it, the Expert Iteration rounds form one chain, every training stage's live
-plots are declared, metrics and plots are kept in git (visible on a fresh clone) and every other output is cached
-(the run cache)."""
+"""dvc.yaml is honest: each stage depends on exactly the a5core packages its script imports (their folders), each stage
+that grades on rewards/ (custom reward functions), each params section is read by the stages that list it, the Expert
+Iteration rounds form one chain, every training stage's live plots are declared, metrics and plots are kept in git
+(visible on a fresh clone) and every other output is cached (the run cache)."""
 
 import pytest
 import yaml
@@ -48,12 +47,15 @@ def test_plots_stage_does_not_depend_on_training_code_and_vice_versa():
 
 def test_every_stage_that_grades_depends_on_the_custom_rewards():
     """A reward function named in params lives in rewards/ (the params check refuses one elsewhere), and every stage
-    that grades (its params name a reward: validation's, eval's or a training reward_fn) depends on that folder:
-    editing a custom reward reruns the stages that use it."""
+    that grades (its params name a reward: validation's, eval's or a training reward_fn) depends on that folder, and
+    so does check_params, which calls a custom reward on the reward contract's pairs: editing a custom reward checks
+    it again and reruns the stages that grade."""
     for name, stage in _stages().items():
         body = _body(stage)
-        params = [p for p in body.get("params", []) if isinstance(p, str)]
-        grades = any(p.split(".")[0] in ("validation", "eval") or p.endswith("reward_fn") for p in params)
+        params = body.get("params", [])
+        whole = any(isinstance(p, dict) and "params.yaml" in p for p in params)  # check_params: the reward contract
+        names = [p for p in params if isinstance(p, str)]
+        grades = whole or any(p.split(".")[0] in ("validation", "eval") or p.endswith("reward_fn") for p in names)
         assert ("rewards" in body["deps"]) == grades, name
 
 

@@ -1,6 +1,6 @@
 """The wall-time forecast (a5core/checks/forecast.py) against hand-computed cases: a stage's last run scaled by its
-work, a new
-run at its family's median rate, a stage with no rate, another machine kind marked, and the GRPO budget's steps."""
+work, a new run at its family's median rate, a stage with no rate, another machine kind marked, and the GRPO budget's
+steps."""
 
 import json
 

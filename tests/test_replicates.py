@@ -115,8 +115,7 @@ def test_replicate_scores_reads_the_configured_seeds_only(tmp_path):
 
 def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
     """a5core.checks.inputs expands dvc.yaml's matrices as DVC names them, so an init_policy or a stage's input model
-    can be
-    traced to the replicate stage that writes it."""
+    can be traced to the replicate stage that writes it."""
     from pathlib import Path
 
     from a5core.config.sections import read_params

@@ -10,9 +10,8 @@
   a study cut short before its `plots` stage still has it.
 - Verdicts are corrected per family with Holm's method (family-wise error 5%; `a5core.base.stats.holm`): a family of 11
   contrasts each tested at 5% finds a difference by chance about once in two families. Holm rather than a
-  false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"),
-  and the families are small. ✓ marks a contrast whose Holm-adjusted p is below 0.05; `--pair` contrasts form one more
-  family.
+  false-discovery-rate control because each contrast is read as its own claim ("this option changes accuracy"), and the
+  families are small. ✓ marks a contrast whose Holm-adjusted p is below 0.05; `--pair` contrasts form one more family.
 - Two runs validated under different protocols (a run with its own prompt) are still paired by question, and marked:
   their difference mixes the method with the prompt it is scored under.
 

@@ -17,7 +17,7 @@
   it is applied, with `--records` naming where the records are (`cd .study && python -m a5core.checks.forecast --records
   ../run_records` forecasts the CPU study from the default DAG's records, reports/cpu_study/README.md).
 - With `grpo.time_budget_s`, the steps the budget buys: the budget over the forecast seconds per GRPO step.
-- `--line <stage>`: the one line a stage prints about the whole `dvc repro` as it starts (a5core/base/progress.py).
+- `--line <stage>`: the one line a stage prints about the whole `dvc repro` as it starts (a5core/stage/entry.py).
 - Writes `reports/forecast.json`; after the run, `python -m a5core.checks.forecast --compare` puts it beside what the
   same stages took (their run records). Not in reports/summary.md: the summary is a stage output that a forced rerun
   must write byte for byte, and durations differ on every run.
@@ -231,7 +231,7 @@ def pipeline_line(stage: str, started: float | None) -> str:
     """One line for the stage DVC is starting: its place in dvc.yaml's order, the time since the `dvc` process began,
     and the forecast minutes for it and for the stages after it that this run will reach (those downstream of it,
     and those whose params differ from dvc.lock's; a stage whose input files changed otherwise is not foreseen).
-    `started`: when the dvc process began (epoch seconds; a5core.base.progress finds it), or None."""
+    `started`: when the dvc process began (epoch seconds; a5core.stage.entry finds it), or None."""
     import networkx as nx
     from dvc.repo import Repo
 
@@ -266,9 +266,7 @@ def main() -> None:
     parser.add_argument("--records", default="run_records", help="where the stages' run-record folders are")
     parser.add_argument("--out", default="reports/forecast.json", help="where the forecast is saved")
     parser.add_argument("--compare", action="store_true", help="compare the saved forecast with the run records")
-    parser.add_argument(
-        "--line", metavar="STAGE", help="one line on the pipeline as STAGE starts (a5core.base.progress)"
-    )
+    parser.add_argument("--line", metavar="STAGE", help="one line on the pipeline as STAGE starts (a5core.stage.entry)")
     parser.add_argument("--dvc_started", type=float, help="with --line: when the dvc process began (epoch seconds)")
     args = parser.parse_args()
     if args.line:

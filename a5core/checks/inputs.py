@@ -3,9 +3,9 @@ can be read, each `init_policy` is a model folder that exists or that a stage of
 model folder is there (else: which stage to run first), and a custom `reward_fn` keeps the reward contract.
 
 a5core/checks/params.py runs these after the sections' own checks. The reward contract: `reward_fn(response,
-ground_truth)` returns a mapping with
-`format_reward`, `answer_reward` and `reward`, each a finite number in [0, 1]; it is called on a fixed correct and a
-fixed wrong pair in a grader worker (the sandbox it grades in: its own process, a memory limit, a time limit).
+ground_truth)` returns a mapping with `format_reward`, `answer_reward` and `reward`, each a finite number in [0, 1]; it
+is called on a fixed correct and a fixed wrong pair in a grader worker (the sandbox it grades in: its own process, a
+memory limit, a time limit).
 """
 
 from __future__ import annotations
@@ -110,8 +110,7 @@ def reward_fn_problems(params: dict) -> list[str]:
 
 def distributed_problems(params: dict) -> list[str]:
     """What N ranks cannot run (a5core/model/distributed.py): a second engine GPU per rank, and under fsdp2 what needs
-    whole
-    tensors on the policy itself (LoRA, the KL reference copy)."""
+    whole tensors on the policy itself (LoRA, the KL reference copy)."""
     cfg, model, gen = params.get("distributed") or {}, params.get("model") or {}, params.get("generation") or {}
     world = cfg.get("nproc", 1) * cfg.get("nnodes", 1)
     if world == 1:

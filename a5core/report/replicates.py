@@ -6,10 +6,9 @@
   replaced (`sft.seed` for SFT), its own stage, model folder (`models/grpo_<run>_seed<seed>`) and results
   (`results/grpo/<run>/seed_<seed>/`), so the cache and resume work per replicate, and adding a seed reruns nothing that
   ran. The run itself (its own seed) is the first replicate. GRPO's and EI's seed drive the rollouts' questions, samples
-  and order, SFT's the choice and order of its
-  examples (a5core.base.seeds); none the validation, whose questions and sample seeds stay fixed. An EI replicate is a
-  chain of rounds like its run (`ei_replicate_<k>@<run>-<seed>`, `models/ei_<run>_seed<seed>/round_<k>`,
-  `results/ei/<run>/seed_<seed>/round_<k>/`), compared at its last round.
+  and order, SFT's the choice and order of its examples (a5core.base.seeds); none the validation, whose questions and
+  sample seeds stay fixed. An EI replicate is a chain of rounds like its run (`ei_replicate_<k>@<run>-<seed>`,
+  `models/ei_<run>_seed<seed>/round_<k>`, `results/ei/<run>/seed_<seed>/round_<k>/`), compared at its last round.
 - `hierarchical_interval`: the mean accuracy over a run's replicates with a 95% interval that resamples seeds, then
   questions, and how much of one run's variance is between seeds; `hierarchical_test`: a difference of two runs'
   replicate means with its interval and p (tools/ablations.py; with one seed each, the paired question bootstrap).
