@@ -44,7 +44,6 @@ def worker(args) -> dict:
     from a5core.data.synthetic import generate
     from a5core.generation.hf import HFBackend
     from a5core.grader.pool import GraderPool
-    from a5core.model import autocast, microbatch
     from a5core.model.distributed import DistributedConfig
     from a5core.model.loading import load_policy
     from a5core.rl import grpo_update
@@ -54,8 +53,6 @@ def worker(args) -> dict:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world))
     torch.set_num_threads(max(1, args.cores // world))
-    autocast.configure("off", quiet=True)
-    microbatch.reset()
     comm: list[float] = []
     distributed.reduce_gradients = _timed(distributed.reduce_gradients, comm)  # what grpo_update calls, by module
     distributed.all_sum = _timed(distributed.all_sum, comm)
@@ -85,7 +82,7 @@ def worker(args) -> dict:
     out = {k: statistics.median(t[k] for t in timings) for k in timings[0]}
     out["response_tokens_last_step"] = sum(len(s.token_ids) for s in samples)
     out["rank"] = distributed.world().rank
-    distributed.reset()
+    distributed.leave()
     return out
 
 

@@ -42,6 +42,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from a5core.config.sections import GenerationConfig, ModelConfig, from_dict, load_yaml  # noqa: E402
 from a5core.model import distributed, microbatch  # noqa: E402
+from a5core.model.compute import Compute  # noqa: E402
+from a5core.model.microbatch import Cut  # noqa: E402
 from a5core.model.optim import make_optimizer  # noqa: E402
 from a5core.rl import grpo
 from a5core.run import plan
@@ -101,13 +103,12 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
     out: dict = {"budget_rollouts": len(batch), "budget_tokens": sum(lengths)}
     idx = list(range(len(batch)))
     for name, (cfg, tokens) in settings(params, arch, card_gb).items():
-        cut = microbatch.configure(
-            tokens or "auto", cfg.logits_chunk, cfg.gradient_checkpointing, cfg.pack_sequences, cfg.group_prompts
-        )
-        microbatch.prepare(model)
-        step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device)
+        compute = Compute(cut=Cut.of(cfg, tokens))
+        cut = compute.cut
+        microbatch.prepare(model, cut)
+        step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device, compute)
         row: dict = {"micro_batch_tokens": cut.micro_batch_tokens, "logits_chunk": cut.logits_chunk}
-        row["micro_batches"] = len(microbatch.micro_batches(lengths, gcfg.micro_batch_size, batch.prompt_ids))
+        row["micro_batches"] = len(microbatch.micro_batches(lengths, gcfg.micro_batch_size, cut, batch.prompt_ids))
         planned = tokens or gcfg.micro_batch_size * max(lengths)
         row["plan_gb"] = planned_gb(params, arch, cfg, planned, card_gb)
         try:
@@ -116,7 +117,9 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
             row["loss"], row["grad_norm"] = metrics["train/loss"], metrics["train/grad_norm"]
             row["padding_fraction"] = metrics["perf/padding_fraction"]
             row.update(
-                busy_share(partial(grpo.optimizer_step, model, opt, gcfg, idx[:PROFILED], batch, device), device)
+                busy_share(
+                    partial(grpo.optimizer_step, model, opt, gcfg, idx[:PROFILED], batch, device, compute), device
+                )
             )
         except torch.OutOfMemoryError as err:  # a smaller card: record it, measure the others
             opt.zero_grad(set_to_none=True)
@@ -126,17 +129,8 @@ def budget(model, opt, gcfg, batch, params: dict, arch: plan.Arch, card_gb: floa
         out[f"budget_{name}"] = row
         print(f"budget {name}: {json.dumps(row)}", flush=True)
         save(out)
-    microbatch.reset()
-    microbatch.prepare(model)
+    microbatch.prepare(model, Cut())
     return out
-
-
-class _OneRankShards(distributed.World):
-    """A world of one that takes the fsdp2 path (a mesh of one): every CUDA call of it, on one GPU."""
-
-    @property
-    def sharded(self) -> bool:
-        return True
 
 
 def _free_port() -> int:
@@ -158,8 +152,7 @@ def distributed_part(arch: dict, gcfg, batch, params: dict, card_gb: float, devi
         out.update(_fsdp2_check(arch, gcfg, batch, params, card_gb, device))
         save(out)
     finally:
-        distributed.reset()  # leaves the group; one process again
-        microbatch.reset()
+        distributed.leave()  # one process again
     return out
 
 
@@ -180,12 +173,11 @@ def _fsdp2_check(arch: dict, gcfg, batch, params: dict, card_gb: float, device) 
     """One optimizer step on the fsdp2 path at the auto budget: peak GB against the plan's fsdp2 items, the whole
     weights against the shards, and the whole state dicts."""
     model_cfg, tokens = settings(params, plan.Arch.of(arch), card_gb)["auto"]
-    microbatch.configure(tokens or "auto", model_cfg.logits_chunk, False, False)
-    distributed._world = _OneRankShards(strategy="fsdp2")
-    model = distributed.shard(build_model(arch, device))
+    compute = Compute(cut=Cut(tokens, model_cfg.logits_chunk))
+    model = distributed.shard(build_model(arch, device), "fsdp2")  # the group of one: a mesh of one
     opt = make_optimizer(model, 1e-9, betas=tuple(gcfg.betas))
     idx = list(range(len(batch)))
-    step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device)
+    step = partial(grpo.optimizer_step, model, opt, gcfg, idx, batch, device, compute)
     seconds, gb = peak(step)
     size = (plan.Arch.of(arch), "bfloat16", 1, tokens or 2 * (plan.PROMPT_TOKENS + gcfg.max_tokens), "nearest")
     planned = plan.training_memory(*size, model_cfg.logits_chunk)  # one rank: nothing divided

@@ -173,12 +173,12 @@ def run_one(a: argparse.Namespace) -> dict:
     """One variant in this process: returns its timings, memory and final weights' checksum file."""
     from a5core.base.records import RolloutBatch
     from a5core.model import autocast
+    from a5core.model.compute import Compute
     from a5core.model.loading import load_policy
     from a5core.rl.grpo import GRPOConfig, optimizer_step
     from a5core.rl.sft import SFTConfig, sft_step
 
     torch.manual_seed(0)
-    autocast.configure(a.autocast, "cpu", quiet=True)
     model, tok = load_policy(a.model, "cpu", "float32")
     model.train()
     sizes = lengths(a.lengths, a.rollouts, a.max_tokens, tok, a.group)
@@ -186,10 +186,10 @@ def run_one(a: argparse.Namespace) -> dict:
     cut = dict(cut)
     rows = cut.pop("budget_rows", 0)
     longest = max(z.prompt + z.response for z in sizes)
-    microbatch.configure(
-        rows * longest if rows else "auto", **{"logits_chunk": 0, "gradient_checkpointing": False, **cut}
+    compute = Compute(
+        microbatch.Cut(rows * longest if rows else None, **cut), autocast.resolved(a.autocast, "cpu", quiet=True)
     )
-    microbatch.prepare(model)
+    microbatch.prepare(model, compute.cut)
     prompts, outputs = token_ids(sizes, template_tokens(tok), len(tok))
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -202,11 +202,11 @@ def run_one(a: argparse.Namespace) -> dict:
             batch = RolloutBatch(prompts, outputs, torch.ones(n), torch.randn(n, generator=torch.Generator()), 0)
             k = n // grpo_micro
             cfg = GRPOConfig(rollout_batch_size=n, group_size=2, train_batch_size=n, gradient_accumulation_steps=k)
-            row = optimizer_step(model, opt, cfg, list(range(n)), batch, torch.device("cpu"))
+            row = optimizer_step(model, opt, cfg, list(range(n)), batch, torch.device("cpu"), compute)
             padding = row["perf/padding_fraction"]
         else:
             cfg = SFTConfig(batch_size=len(sizes), micro_batch_size=sft_micro)
-            stats = sft_step(model, list(zip(prompts, outputs)), cfg, 0, "cpu")
+            stats = sft_step(model, list(zip(prompts, outputs)), cfg, 0, "cpu", compute)
             opt.step()
             opt.zero_grad(set_to_none=True)
             padding = stats["padded"] / stats["cells"]

@@ -21,6 +21,7 @@ questions (tests/fixtures/math/validation.jsonl), numbered past its 16 so that n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -138,7 +139,7 @@ def run_layout(layout: str, args, save) -> bool:
     dtype = "bfloat16" if layout != "cpu" else "float32"
     # the policy's greedy tokens are compared with the engine's, which computes in the weights' dtype: no autocast
     # (`auto` would turn it on for float32 weights on AMX/AVX512-BF16 CPUs and make the check depend on the CPU)
-    precision = autocast.configure("off", device, weights=dtype, quiet=True)
+    precision = dataclasses.asdict(autocast.resolved("off", device, weights=dtype, quiet=True))
     policy, tokenizer = load_policy(args.model, device, dtype)
     cfg = GenerationConfig(
         backend="vllm", layout="one_gpu" if layout == "cpu" else layout,

@@ -48,14 +48,12 @@ def run_a5(args, out: Path) -> dict:
     from a5core.config.sections import GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
-    from a5core.model import autocast
     from a5core.model.loading import load_policy
     from a5core.rl.grpo import GRPOConfig, train_grpo
     from a5core.run.history import RunHistory
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
-    # float32 as TRL's side (bf16=False): the library default `auto` would run bf16 autocast on an AVX512-BF16 CPU
-    autocast.configure("off", "cpu", quiet=True)
+    # float32 as TRL's side (bf16=False): train_grpo's default Compute() runs no autocast
     policy, tok = load_policy(args.model, "cpu", "float32")
     backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok)
     cfg = GRPOConfig(

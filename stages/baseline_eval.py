@@ -1,12 +1,14 @@
 """Stage baseline_eval: zero-shot evaluation of the fetched model on the validation set (`eval` section), and the
 base model's validation under the `validation` protocol, which SFT runs start their curves and paired changes from."""
 
+import dataclasses
+
 from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.base.records import GENERATION_SCHEMA
 from a5core.base.run_record import write_run_record
 from a5core.config.sections import EvalConfig, GenerationConfig, ModelConfig, load_section
 from a5core.generation import make_backend
-from a5core.model import autocast
+from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
 from a5core.run.evaluation import evaluate_policy
 from a5core.run.stage_reports import eval_case_report
@@ -23,18 +25,19 @@ def main() -> None:
     pool = grader_pool(cfg).start()  # its imports overlap the model load
     model = load_section(ModelConfig, "model", args.params)
     device = entry.setup_torch(cfg.seed)
-    autocast.configure(model.autocast, device, weights=model.dtype)
+    compute = Compute.of(model, device)  # its autocast and LM-head chunking (no training: no plan)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
-    backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed)
+    backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed, bf16_autocast=compute.bf16_autocast)
     with pool:
-        result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool)
+        result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool, cut=compute.cut)
     # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.
     if val_cfg == cfg:
         base = result
     else:
         with grader_pool(val_cfg) as val_pool:
-            base = evaluate_policy(policy, tokenizer, backend, rows, val_cfg, val_pool)
-    write_json(validation_record(base, validation_protocol(val_cfg, args.validation)), args.initial)
+            base = evaluate_policy(policy, tokenizer, backend, rows, val_cfg, val_pool, cut=compute.cut)
+    protocol = validation_protocol(val_cfg, args.validation, compute.bf16_autocast)
+    write_json(validation_record(base, protocol), args.initial)
     prov = provenance(
         "baseline_eval", {"eval": cfg, "generation": gen}, {"model": args.model, "validation": args.validation}
     )
@@ -42,7 +45,7 @@ def main() -> None:
     write_results(args.metrics, result)
     write_json({**result.metrics, **result.breakdown}, args.breakdown)
     write_text(eval_case_report("Zero-shot baseline", result.samples, result.metrics, result.breakdown), args.report)
-    write_run_record(args.record, "baseline_eval")
+    write_run_record(args.record, "baseline_eval", autocast=dataclasses.asdict(compute.autocast))
     m = result.metrics
     print(
         f"baseline accuracy {m['eval/accuracy']:.3f} [{m['eval/accuracy_lo']:.3f}, {m['eval/accuracy_hi']:.3f}], "

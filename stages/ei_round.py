@@ -12,7 +12,6 @@ import sys
 
 from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.base.records import ROLLOUT_SCHEMA
-from a5core.base.run_record import write_run_record
 from a5core.base.seeds import derive_seed
 from a5core.config.sections import load_run, load_section
 from a5core.rl.ei import EIConfig, ei_round, history_row
@@ -107,12 +106,13 @@ def main() -> None:
             scratch=args.scratch,
             fp=fingerprint(params, inputs),
             n_completions=ts.start.logging.completions,
+            compute=ts.start.compute,
         )
     write_outputs(args, ts, rounds, result, provenance(name, params, inputs))
     if not ts.main:
         return
     clear_scratch(args.scratch)  # resume state is for crashes only: a later run may run other code
-    write_run_record(args.record, name)
+    ts.write_run_record(args.record)
     kept, rollouts = result.details["count/kept"], result.details["count/rollouts"]
     print(
         f"{name}: kept {kept}/{rollouts} rollouts, validation accuracy {rounds[-2]['eval/accuracy']:.3f} -> "

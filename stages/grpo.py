@@ -3,7 +3,6 @@ grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/report
 
 import dataclasses
 
-from a5core.base.run_record import write_run_record
 from a5core.config.prompts import REWARD_FNS
 from a5core.config.sections import EvalConfig, load_run, load_section
 from a5core.rl.grpo import GRPOConfig, train_grpo
@@ -58,6 +57,7 @@ def main() -> None:
             initial=ts.initial,
             n_completions=ts.start.logging.completions,
             snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
+            compute=ts.start.compute,
         )
     ts.save(args.out, result.final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
@@ -65,7 +65,7 @@ def main() -> None:
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return
-    write_run_record(args.record, name, **timings(result.details))
+    ts.write_run_record(args.record, **timings(result.details))
     print(
         f"{name}: validation accuracy {result.final.metrics['eval/accuracy']:.3f} "
         f"(best {result.details['best_accuracy']:.3f} at optimizer step {result.details['best_step']})"

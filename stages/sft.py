@@ -5,7 +5,6 @@ sft_replicate@<run>-<seed>: the same run with sft.seed replaced, which picks and
 import dataclasses
 from pathlib import Path
 
-from a5core.base.run_record import write_run_record
 from a5core.config.sections import SFTRun, from_dict, load_section, read_params
 from a5core.data.sft_traces import select_examples
 from a5core.rl.sft import SFTConfig, train_sft
@@ -41,6 +40,7 @@ def main() -> None:
             ckpt=ckpt,
             n_completions=ts.start.logging.completions,
             snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
+            compute=ts.start.compute,
         )
     final = result.final
     ts.save(args.out, final, params, inputs)
@@ -49,7 +49,7 @@ def main() -> None:
     ckpt.clear()  # after the results: a kill before it resumes instead of training again
     if not ts.main:
         return
-    write_run_record(args.record, name)
+    ts.write_run_record(args.record)
     print(
         f"{name}: {len(rows)} examples, validation accuracy {final.metrics['eval/accuracy']:.3f} "
         f"[{final.metrics['eval/accuracy_lo']:.3f}, {final.metrics['eval/accuracy_hi']:.3f}]"

@@ -3,17 +3,7 @@ import copy
 import pytest
 import torch
 
-from a5core.model import autocast
 from a5core.model.loading import build_tiny_model
-
-
-@pytest.fixture(autouse=True)
-def float32_unless_asked():
-    """Every test runs with `model.autocast: off` unless it configures another mode (tests/test_autocast.py forces
-    bf16): tests written for float32 exactness must not meet bf16 rounding on CPUs where `auto` turns it on."""
-    autocast.configure("off", quiet=True)
-    yield
-    autocast.reset()
 
 
 @pytest.fixture(scope="session")

@@ -18,10 +18,11 @@ import torch
 from a5core.config.prompts import build_prompt
 from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
-from a5core.model import autocast, distributed, microbatch
+from a5core.model import distributed
 from a5core.model.distributed import DistributedConfig
 from a5core.model.loading import load_policy
 from a5core.model.logprobs import get_response_log_probs
+from a5core.model.microbatch import Cut
 
 PROMPTS = [build_prompt("Compute 1 + 2."), build_prompt("What is 7 * 8?")]
 
@@ -50,20 +51,19 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    autocast.configure("off", quiet=True)
-    microbatch.configure("auto", 4, False)  # the LM head 4 positions at a time (as the full profile's logits_chunk)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy="fsdp2"))
     policy, tok = load_policy(args.model, torch.device("cpu"), "float32")
     start = copy.deepcopy(policy)
-    policy = distributed.shard(policy.train(), streamed=True)
+    policy = distributed.shard(policy.train(), "fsdp2", streamed=True)
     backend = distributed.FullWeightsBackend(
         VLLMBackend(args.model, GenerationConfig(backend="vllm", sync_tolerance=1e-4), tokenizer=tok, policy=policy)
     )
     backend.sync_weights(policy)  # a stage's initial validation: the probe's forwards, then the rollouts' entropies
     ids = torch.arange(3, 20).reshape(1, -1)  # (1, 17)
-    with distributed.inference():
-        get_response_log_probs(policy, ids[:, :-1], ids[:, 1:], return_token_entropy=True, share_prefix=True)
+    with distributed.inference(policy):  # the LM head 4 positions at a time (as the full profile's logits_chunk)
+        cut = Cut(logits_chunk=4)
+        get_response_log_probs(policy, ids[:, :-1], ids[:, 1:], return_token_entropy=True, share_prefix=True, cut=cut)
     opt = step(policy, world)
     began = time.perf_counter()
     backend.sync_weights(policy)  # reload, exact check and log-prob probe (verify_weight_sync defaults to true)
@@ -79,11 +79,11 @@ def main() -> None:
         "stale": stale_check(backend, start),
         "saved": None if saved is None else {n: t.detach().clone() for n, t in saved.state_dict().items()},
         "saved_device": None if saved is None else str(next(saved.parameters()).device),
-        "whole_copy": distributed._full is not None,
+        "whole_copy": vars(policy)["a5_full"] is not None,
         "moments": {k: v["exp_avg"].clone() for k, v in moments.items()},
     }
     torch.save(out, f"{args.out}.rank{out['rank']}")
-    distributed.reset()
+    distributed.leave()
 
 
 if __name__ == "__main__":

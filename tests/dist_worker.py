@@ -11,14 +11,17 @@ import argparse
 import copy
 import itertools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from a5core.base.records import RolloutBatch
-from a5core.model import autocast, distributed, microbatch
+from a5core.model import distributed
+from a5core.model.compute import Compute
 from a5core.model.distributed import DistributedConfig
 from a5core.model.loading import build_tiny_model
+from a5core.model.microbatch import Cut
 from a5core.model.optim import KahanAdamW, make_optimizer
 from a5core.rl.grpo import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step
@@ -49,16 +52,24 @@ def rollouts(tok, n: int = 6) -> RolloutBatch:
     return batch
 
 
-def fresh(model):
+@dataclass(frozen=True)
+class How:
+    """What the launch fixed, as a stage passes it: the strategy and the compute settings (float32, handout split)."""
+
+    strategy: str
+    compute: Compute = Compute()
+
+
+def fresh(model, how: How):
     """A copy of the start weights in training mode, sharded under fsdp2."""
-    return distributed.shard(copy.deepcopy(model).train())
+    return distributed.shard(copy.deepcopy(model).train(), how.strategy)
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()  # a DTensor under fsdp2
 
 
-def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool, update: str = "") -> dict:
+def grpo_case(model, tok, how: How, loss_type: str, norm: str, k: int, adam: bool, update: str = "") -> dict:
     """One optimizer step: the clipped gradient (captured just before the optimizer uses it) and the new weights.
     With `adam`, the step follows an old-log-prob pass, as in a GRPO step (under fsdp2 a no-grad forward must leave
     buffers the training forward can use); `update`: AdamW with that model.weight_update (a5core/model/optim.py)
@@ -67,7 +78,7 @@ def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool, update:
         loss_type=loss_type, length_normalization=norm, normalize_constant=40.0, rollout_batch_size=6, group_size=3,
         train_batch_size=6, gradient_accumulation_steps=k, max_grad_norm=1e-3,
     )  # fmt: skip
-    m = fresh(copy.deepcopy(model).to(torch.bfloat16) if update == "stochastic_round" else model)
+    m = fresh(copy.deepcopy(model).to(torch.bfloat16) if update == "stochastic_round" else model, how)
     if update:
         opt = KahanAdamW(m.parameters(), lr=1e-3) if update == "kahan" else make_optimizer(m, 1e-3, update=update)
     else:
@@ -76,8 +87,8 @@ def grpo_case(model, tok, loss_type: str, norm: str, k: int, adam: bool, update:
     step = opt.step
     opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
     if adam:
-        old_log_probs_for(m, rollouts(tok), 2, torch.device("cpu"))
-    row = optimizer_step(m, opt, cfg, list(range(6)), rollouts(tok), torch.device("cpu"))
+        old_log_probs_for(m, rollouts(tok), 2, torch.device("cpu"), how.compute)
+    row = optimizer_step(m, opt, cfg, list(range(6)), rollouts(tok), torch.device("cpu"), how.compute)
     return {"grad": torch.cat([g.flatten() for g in grads]), "weights": flat_weights(m), "row": row}
 
 
@@ -85,10 +96,10 @@ def flat_weights(m) -> torch.Tensor:
     return torch.cat([whole(p).flatten() for p in m.parameters()])
 
 
-def sft_case(model, tok, norm: str, micro: int) -> dict:
+def sft_case(model, tok, how: How, norm: str, micro: int) -> dict:
     """One SFT optimizer step (clip at 1e-3, then SGD at lr 1: the update is the clipped gradient): the gradient
     just before the optimizer uses it, the new weights and the logged row."""
-    m = fresh(model)
+    m = fresh(model, how)
     ex = [
         (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
         for p, r in SFT_ROWS
@@ -99,21 +110,21 @@ def sft_case(model, tok, norm: str, micro: int) -> dict:
     step = opt.step
     opt.step = lambda: (grads.extend(whole(p.grad) for p in m.parameters()), step())[1]
     cfg = SFTConfig(batch_size=5, micro_batch_size=micro, loss_normalization=norm, max_grad_norm=1e-3)
-    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"))
+    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"), how.compute)
     return {"grad": torch.cat([g.flatten() for g in grads]), "weights": flat_weights(m), "row": row}
 
 
-def resume_case(model, tok, folder: Path, optimizer=torch.optim.AdamW) -> dict:
+def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW) -> dict:
     """Two AdamW steps straight, and the second again after the first's state went through the Checkpointer (whole
     tensors: fsdp2 gathers them, and rank 0 alone reads them back and broadcasts them into the shards)."""
     cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
     batch, cpu = rollouts(tok), torch.device("cpu")
-    m = fresh(model)
+    m = fresh(model, how)
     opt = optimizer(m.parameters(), lr=1e-3)
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
     Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
-    m2 = fresh(model)
+    m2 = fresh(model, how)
     opt2 = optimizer(m2.parameters(), lr=1e-3)
     reads, load = [], torch.load
 
@@ -137,18 +148,18 @@ def resume_case(model, tok, folder: Path, optimizer=torch.optim.AdamW) -> dict:
             "restored": distributed.gather(restored), "fresh_start": distributed.gather(fresh_start)}  # fmt: skip
 
 
-def cross_case(model, tok, write: Path, read: str | None) -> dict:
+def cross_case(model, tok, how: How, write: Path, read: str | None) -> dict:
     """A checkpoint after one AdamW step in this layout (to `write`), and the second step taken after resuming from
     a checkpoint that another layout wrote (`read`): one process keys its optimizer state by index, fsdp2 by name."""
     cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
     batch, cpu = rollouts(tok), torch.device("cpu")
-    m = fresh(model)
+    m = fresh(model, how)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
     Checkpointer(write, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
     if not read:
         return {}
-    m2 = fresh(model)
+    m2 = fresh(model, how)
     opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
     state = Checkpointer(read, "fp", every=1).restore_training(m2, opt2)
     optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
@@ -205,39 +216,37 @@ def main() -> None:
     if args.compare:
         return compare(*args.compare)
     torch.set_num_threads(1)
-    autocast.configure("off", quiet=True)
-    microbatch.reset()
+    how = How(args.strategy)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed.setup(DistributedConfig(nproc=world, strategy=args.strategy))
     model, tok = build_tiny_model(seed=0)
     out: dict = {"world": world, "start": flat_weights(model)}
     cross = Path(args.out).with_name(f"cross_{args.strategy}_{world}" + ("_again" if args.cross_only else ""))
-    out["cross"] = cross_case(model, tok, cross, args.cross_read)
+    out["cross"] = cross_case(model, tok, how, cross, args.cross_read)
     if args.cross_only:
         return torch.save(out, args.out) if distributed.is_main() else None
     for loss_type, norm in itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS)):
-        out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, loss_type, norm, k=3, adam=False)
-    out["grpo/one_micro_batch"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=1, adam=False)
-    out["grpo/adamw"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True)
+        out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, how, loss_type, norm, k=3, adam=False)
+    out["grpo/one_micro_batch"] = grpo_case(model, tok, how, "grpo_clip", "token_mean", k=1, adam=False)
+    out["grpo/adamw"] = grpo_case(model, tok, how, "grpo_clip", "token_mean", k=2, adam=True)
     for norm in ("token_mean", "per_example"):
-        out[f"sft/{norm}"] = sft_case(model, tok, norm, micro=2)
-    microbatch.configure("auto", 4, False)  # the LM head 4 positions at a time: a forward that is not model(...)
-    out["grpo/chunked"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=3, adam=True)
-    out["sft/chunked"] = sft_case(model, tok, "token_mean", micro=2)
-    microbatch.reset()
+        out[f"sft/{norm}"] = sft_case(model, tok, how, norm, micro=2)
+    chunked = How(args.strategy, Compute(cut=Cut(logits_chunk=4)))  # a forward that is not model(...)
+    out["grpo/chunked"] = grpo_case(model, tok, chunked, "grpo_clip", "token_mean", k=3, adam=True)
+    out["sft/chunked"] = sft_case(model, tok, chunked, "token_mean", micro=2)
     for update in ("kahan", "stochastic_round"):  # model.weight_update's AdamWs on DTensor shards
-        out[f"grpo/{update}"] = grpo_case(model, tok, "grpo_clip", "token_mean", k=2, adam=True, update=update)
-    m = fresh(model)
-    out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"))
-    out["resume"] = resume_case(model, tok, Path(args.out).with_name(f"ckpt_{args.strategy}_{world}"))
+        out[f"grpo/{update}"] = grpo_case(model, tok, how, "grpo_clip", "token_mean", k=2, adam=True, update=update)
+    m = fresh(model, how)
+    out["old_log_probs"] = old_log_probs_for(m, rollouts(tok), 1, torch.device("cpu"), how.compute)
+    out["resume"] = resume_case(model, tok, how, Path(args.out).with_name(f"ckpt_{args.strategy}_{world}"))
     kahan = Path(args.out).with_name(f"ckpt_kahan_{args.strategy}_{world}")
-    out["resume_kahan"] = resume_case(model, tok, kahan, KahanAdamW)  # its compensation buffer and int step too
+    out["resume_kahan"] = resume_case(model, tok, how, kahan, KahanAdamW)  # its compensation buffer and int step too
     out["rollouts"] = rollout_case(model.eval(), tok)
     out["timeouts"] = timeout_case()
     out["any_rank"] = [distributed.any_rank(distributed.world().rank == 1), distributed.any_rank(False)]
     if distributed.is_main():
         torch.save(out, args.out)
-    distributed.reset()
+    distributed.leave()
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ import torch
 
 from a5core.base import run_record
 from a5core.config.prompts import build_prompt
-from a5core.config.sections import SamplingConfig
+from a5core.config.sections import ModelConfig, SamplingConfig
 from a5core.generation import HFBackend
 from a5core.model import autocast
 from a5core.model.autocast import autocast_context, resolve
+from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import pad_token_id, tokenize_prompt_and_output
 from a5core.rl.sft import SFTConfig, encode_examples, sft_step
@@ -42,31 +43,36 @@ def test_resolution_table(mode, device, flags, on):
 
 
 def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
-    record = autocast.configure("bf16", "cpu")
+    """What a stage does: resolve the mode once (printed), pass it on, and write it into its run record."""
+    import dataclasses
+
+    compute = Compute.of(ModelConfig(autocast="bf16"), "cpu")
+    record = dataclasses.asdict(compute.autocast)
     assert record == {"mode": "bf16", "device": "cpu", "bf16_autocast": True, "decided_by": "model.autocast: bf16"}
     assert "autocast: bf16 on" in capsys.readouterr().out
-    written = run_record.read_run_record(run_record.write_run_record(tmp_path / "r.json", "x", step_s=1.5))
+    written = run_record.read_run_record(
+        run_record.write_run_record(tmp_path / "r.json", "x", autocast=record, step_s=1.5)
+    )
     assert written["autocast"] == record and written["step_s"] == 1.5 and written["machine"]["cpu"]
     assert set(written["machine"]["isa"]) <= set(run_record.ISA_FLAGS)
-    with autocast_context(torch.nn.Linear(2, 2)):
+    with autocast_context(torch.nn.Linear(2, 2), compute.bf16_autocast):
         assert torch.is_autocast_enabled("cpu")
-    autocast.configure("off", quiet=True)
-    with autocast_context(torch.nn.Linear(2, 2)):
+    with autocast_context(torch.nn.Linear(2, 2), Compute().bf16_autocast):  # library use: float32
         assert not torch.is_autocast_enabled("cpu")
 
 
 @pytest.mark.parametrize("fast", [False, True])
 def test_auto_follows_the_cpu_for_float32_weights_only(monkeypatch, fast):
     monkeypatch.setattr(autocast, "cpu_flags", lambda: frozenset({"avx512_bf16"} if fast else {"avx2"}))
-    autocast.configure("auto", "cpu", quiet=True)
-    with autocast_context(torch.nn.Linear(2, 2)):
+    on = autocast.resolved("auto", "cpu", quiet=True).bf16_autocast
+    with autocast_context(torch.nn.Linear(2, 2), on):
         assert torch.is_autocast_enabled("cpu") is fast
     mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
-    with autocast_context(mixed):
+    with autocast_context(mixed, on):
         assert torch.is_autocast_enabled("cpu") is fast
-    with autocast_context(torch.nn.Linear(2, 2).to(torch.bfloat16), "bfloat16"):
+    with autocast_context(torch.nn.Linear(2, 2).to(torch.bfloat16), on, "bfloat16"):
         assert not torch.is_autocast_enabled("cpu")  # bf16 weights: every matmul is bf16 already
-    with autocast_context(torch.nn.Linear(2, 2), "float32"):
+    with autocast_context(torch.nn.Linear(2, 2), True, "float32"):
         assert not torch.is_autocast_enabled("cpu")  # generation.dtype float32 forces it off
 
 
@@ -78,14 +84,13 @@ def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
     """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain bf16 forward pass over the
     same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
     model, tok = sharp
-    autocast.configure("bf16", quiet=True)
-    out = HFBackend(model, tok, batch_size=8).generate(
+    out = HFBackend(model, tok, batch_size=8, bf16_autocast=True).generate(
         _prompts(), SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False
     )
     for p, o in zip(_prompts(), out):
         prompt_ids = tok(p, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([prompt_ids + list(o[0].token_ids)])
-        with torch.no_grad(), autocast_context(model):
+        with torch.no_grad(), autocast_context(model, True):
             logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (12, V)
         assert torch.is_autocast_enabled("cpu") is False  # the context ended
         plain = torch.distributions.Categorical(logits=logits).entropy()  # (12,)
@@ -101,8 +106,7 @@ def test_bf16_shared_prefix_log_probs_match(tiny):
     here against float32: 1.5e-3 when written; the two bf16 paths agreed exactly)."""
     model, tok = copy.deepcopy(tiny[0]), tiny[1]
     b = tokenize_prompt_and_output(_prompts()[:2], [" 3 </think> <answer>3</answer>", " x=3"], tok)
-    autocast.configure("bf16", quiet=True)
-    with autocast_context(model):
+    with autocast_context(model, True):
         a = get_response_log_probs(model, b["input_ids"], b["labels"], True)
         s = get_response_log_probs(model, b["input_ids"], b["labels"], True, share_prefix=True)
     with torch.no_grad():
@@ -118,11 +122,10 @@ def test_bf16_grad_accumulation_equals_one_big_batch(tiny):
     float32 test asks 1e-4; bf16 sums rounded products, so the bound is relative to the gradient's norm)."""
     model, tok = tiny
     ex = encode_examples(tok, SFT_ROWS[:4])
-    autocast.configure("bf16", quiet=True)
+    bf16 = Compute(autocast=autocast.resolved("bf16", quiet=True))
     a, b, ref = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
-    sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"))
-    sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
-    autocast.configure("off", quiet=True)
+    sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"), bf16)
+    sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"), bf16)
     sft_step(ref, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
     ga, gb, g32 = flat_grads(a), flat_grads(b), flat_grads(ref)
     assert (ga - gb).norm() <= 16 * BF16_EPS * g32.norm()
@@ -130,10 +133,37 @@ def test_bf16_grad_accumulation_equals_one_big_batch(tiny):
 
 
 def test_summary_names_the_machine_kind_autocast_and_commits(tmp_path):
+    import dataclasses
+
     from a5core.report.summary import made_on_text
 
-    autocast.configure("off", quiet=True)
-    records = [run_record.run_record("a"), {**run_record.run_record("b"), "code_revision": "abc+dirty"}]
+    off = {"autocast": dataclasses.asdict(autocast.resolved("off", quiet=True))}
+    records = [run_record.run_record("a", **off), {**run_record.run_record("b", **off), "code_revision": "abc+dirty"}]
     line = made_on_text(records)[0]
     assert run_record.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
     assert "2 stage runs" in line and made_on_text([]) == []
+
+
+def test_the_grpo_update_and_old_log_probs_follow_the_stage_autocast(tiny):
+    """Through the real GRPO functions: the stage's `Compute.autocast` reaches the old log-probs and the optimizer
+    step (bf16 moves them by bf16-sized amounts; float32 runs give identical results)."""
+    from a5core.base.records import RolloutBatch
+    from a5core.rl.grpo_config import GRPOConfig
+    from a5core.rl.grpo_update import old_log_probs_for, optimizer_step
+
+    model, tok = tiny
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in _prompts()[:2]]
+    outputs = [tok(" 3 </think> <answer>3</answer>", add_special_tokens=False)["input_ids"]] * 2
+    batch = RolloutBatch(prompts, outputs, torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0]), 0)
+    cfg = GRPOConfig(rollout_batch_size=2, group_size=2, train_batch_size=2, gradient_accumulation_steps=1)
+    bf16 = Compute(autocast=autocast.resolved("bf16", quiet=True))
+
+    def update(compute: Compute) -> tuple[torch.Tensor, torch.Tensor]:
+        m = copy.deepcopy(model).train()
+        old = torch.cat(old_log_probs_for(m, batch, 2, torch.device("cpu"), compute))
+        optimizer_step(m, torch.optim.SGD(m.parameters(), lr=1.0), cfg, [0, 1], batch, torch.device("cpu"), compute)
+        return old, torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    (old32, w32), (old32b, w32b), (old16, w16) = update(Compute()), update(Compute()), update(bf16)
+    assert torch.equal(old32, old32b) and torch.equal(w32, w32b)
+    assert 0 < (old16 - old32).abs().max() < 0.5 and not torch.equal(w16, w32)

@@ -89,3 +89,37 @@ def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
     ok(r)
     assert "could not be loaded" in r.stderr
     assert _sha(work / "models" / "trunc" / "model.safetensors") == _sha(ref)
+
+
+@pytest.mark.slow
+def test_the_stage_passes_its_compute_settings_to_every_loop(tmp_path):
+    """Each training stage's `model` settings travel as one record (a5core/model/compute.py) into its loop: a
+    micro-batch budget smaller than any sequence stops the SFT and GRPO stages at their first optimizer step with the
+    budget's one-line error (a stage that dropped the record would train on the handout's split and succeed; EI's
+    loop: tests/test_rl_loops.py), and the autocast in force is in the run record."""
+    import json
+
+    import yaml
+
+    from tests.support.workspace import command
+
+    work, params, env = kill_repo(tmp_path)
+    tight = {**params, "model": {**params["model"], "micro_batch_tokens": 4}}
+    (work / "tight.yaml").write_text(yaml.safe_dump(tight))
+    grpo = command(work, next(n for n in stage_names(work) if n.startswith("grpo@")), "tight.yaml")
+    grpo[grpo.index("--model") + 1] = "models/base"  # the fetched model (the smoke repo ran only the baseline)
+    for cmd in (sft_cmd("tight", "tight.yaml"), grpo):
+        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        assert r.returncode != 0 and "does not fit model.micro_batch_tokens=4" in r.stdout + r.stderr, (cmd[1], r)
+    one = {**params, "sft": {**params["sft"], "epochs": 1, "checkpoint_every": 0}}
+    (work / "one.yaml").write_text(yaml.safe_dump(one))
+    ok(subprocess.run(sft_cmd("one", "one.yaml"), cwd=work, env=env, capture_output=True, text=True))
+    record = json.loads((work / "run_records" / "one" / "run_record.json").read_text())
+    assert record["autocast"]["mode"] == params["model"]["autocast"] and "bf16_autocast" in record["autocast"]
+
+
+def stage_names(work: Path) -> list[str]:
+    from a5core.config.sections import read_params
+    from a5core.run.dag import dag_stages
+
+    return [name for name, _, _ in dag_stages(read_params(work / "params.yaml"), work)]

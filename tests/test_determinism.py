@@ -40,10 +40,11 @@ def test_protocol_hashes_the_questions_not_the_file_bytes(tmp_path):
     pq.write_table(pa.Table.from_pylist(ROWS).replace_schema_metadata({b"other": b"metadata"}), b)
     assert a.read_bytes() != b.read_bytes()
     cfg = EvalConfig()
-    assert validation_protocol(cfg, str(a)) == validation_protocol(cfg, str(b))
+    assert validation_protocol(cfg, str(a), False) == validation_protocol(cfg, str(b), False)
     c = write_parquet([ROWS[0], {**ROWS[1], "answer": "5"}], tmp_path / "c.parquet")
-    assert validation_protocol(cfg, str(c)) != validation_protocol(cfg, str(a))
-    assert validation_protocol(cfg, str(a), "question_only") != validation_protocol(cfg, str(a))
+    assert validation_protocol(cfg, str(c), False) != validation_protocol(cfg, str(a), False)
+    assert validation_protocol(cfg, str(a), False, "question_only") != validation_protocol(cfg, str(a), False)
+    assert validation_protocol(cfg, str(a), True) != validation_protocol(cfg, str(a), False)  # another precision
     assert content_hash(ROWS, ["unique_id"]) == content_hash([{**r, "answer": "x"} for r in ROWS], ["unique_id"])
 
 

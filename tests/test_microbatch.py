@@ -10,19 +10,14 @@ import torch
 
 from a5core.base.records import RolloutBatch
 from a5core.model import microbatch
+from a5core.model.compute import Compute
 from a5core.model.logprobs import chunkable, get_response_log_probs
+from a5core.model.microbatch import Cut
 from a5core.model.tokenization import tokenize_ids
 from a5core.rl.grpo import GRPOConfig, optimizer_step
 from a5core.rl.losses import LENGTH_NORMALIZERS, PG_LOSSES
 from a5core.rl.sft import SFTConfig
 from a5core.rl.sft import optimizer_step as sft_optimizer_step
-
-
-@pytest.fixture(autouse=True)
-def handout_path():
-    microbatch.reset()
-    yield
-    microbatch.reset()
 
 
 def test_split_by_count_keeps_the_order_and_by_budget_packs_longest_first():
@@ -44,15 +39,17 @@ def test_one_prompt_per_micro_batch_takes_prompts_longest_first_and_never_mixes_
     # packed rows share no prompt, so the prompts are ignored; without a budget, the handout's split
     assert microbatch.split([5, 3, 9, 2], 0, budget=10, packed=True, prompts=[0, 1, 0, 1]) == [[2], [0, 1, 3]]
     assert microbatch.split([5, 3, 9, 2], 2, prompts=[0, 1, 0, 1]) == [[0, 1], [2, 3]]
-    microbatch.configure(20, 0, False, group_prompts=True)
-    assert microbatch.micro_batches([5, 3, 9, 2, 4], 0, [[1, 2], [1, 2], [3], [3], [1]]) == [[2, 3], [0, 1], [4]]
+    cut = microbatch.Cut(micro_batch_tokens=20, group_prompts=True)
+    assert microbatch.micro_batches([5, 3, 9, 2, 4], 0, cut, [[1, 2], [1, 2], [3], [3], [1]]) == [[2, 3], [0, 1], [4]]
 
 
 def test_prompt_groups_and_packing_together_are_refused_before_any_work():
-    from a5core.checks.inputs import compute_problems
+    from a5core.base.errors import ProjectError
+    from a5core.config.sections import ModelConfig, from_dict
 
-    assert compute_problems({"model": {"group_prompts": True, "pack_sequences": False}}) == []
-    assert "packed rows share none" in compute_problems({"model": {"group_prompts": True, "pack_sequences": True}})[0]
+    assert from_dict(ModelConfig, {"group_prompts": True, "pack_sequences": False}, "model").group_prompts
+    with pytest.raises((ValueError, ProjectError), match="packed rows share none"):
+        from_dict(ModelConfig, {"group_prompts": True, "pack_sequences": True}, "model")
 
 
 def test_a_budget_smaller_than_the_longest_sequence_is_a_clear_error():
@@ -97,7 +94,7 @@ def test_chunked_log_probs_and_entropy_equal_the_full_logits_path(tiny, chunk, s
     for c in (0, chunk):
         m = copy.deepcopy(model)
         out = get_response_log_probs(
-            m, t["input_ids"], t["labels"], True, share_prefix=share_prefix, entropy_grad=True, logits_chunk=c
+            m, t["input_ids"], t["labels"], True, share_prefix=share_prefix, entropy_grad=True, cut=Cut(logits_chunk=c)
         )
         (out["log_probs"].sum() + 0.3 * out["token_entropy"].sum()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
@@ -110,7 +107,7 @@ def test_chunked_log_probs_and_entropy_equal_the_full_logits_path(tiny, chunk, s
 def test_chunked_entropy_without_grad_is_detached(tiny):
     model, tok = tiny
     t = _ids(tok, TEXTS)
-    out = get_response_log_probs(copy.deepcopy(model), t["input_ids"], t["labels"], True, logits_chunk=4)
+    out = get_response_log_probs(copy.deepcopy(model), t["input_ids"], t["labels"], True, cut=Cut(logits_chunk=4))
     assert out["log_probs"].requires_grad and not out["token_entropy"].requires_grad
 
 
@@ -132,17 +129,18 @@ def _rollouts(tok, n=8):
     return batch
 
 
-def _configure(**cut):
-    microbatch.configure(**{"micro_batch_tokens": "auto", "logits_chunk": 0, "gradient_checkpointing": False, **cut})
+def _compute(**cut) -> Compute:
+    """A stage's settings with the cut `cut` (Cut's fields), float32, torch's AdamW."""
+    return Compute(cut=Cut(**cut))
 
 
 def _grpo_update(model, cfg, batch, **cut):
-    _configure(**cut)
+    compute = _compute(**cut)
     m = copy.deepcopy(model).train()
-    microbatch.prepare(m)
+    microbatch.prepare(m, compute.cut)
     before = [p.detach().clone() for p in m.parameters()]
     opt = torch.optim.SGD(m.parameters(), lr=1.0)  # the update is the clipped gradient itself
-    row = optimizer_step(m, opt, cfg, list(range(len(batch))), batch, torch.device("cpu"))
+    row = optimizer_step(m, opt, cfg, list(range(len(batch))), batch, torch.device("cpu"), compute)
     delta = torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)])
     return delta, row
 
@@ -223,8 +221,9 @@ def test_packed_rows_attend_only_within_their_own_sequence(tiny):
     model, tok = tiny
     t = _ids(tok, TEXTS)
     lengths = [int((t["labels"][i] != 0).sum()) for i in range(3)]  # no 0 ids in TEXTS: 0 is the padding
-    _configure(pack_sequences=True)
-    packed = get_response_log_probs(model, t["input_ids"], t["labels"], True, lengths=lengths)
+    packed = get_response_log_probs(
+        model, t["input_ids"], t["labels"], True, lengths=lengths, cut=Cut(pack_sequences=True)
+    )
     for i, n in enumerate(lengths):
         alone = get_response_log_probs(model, t["input_ids"][i : i + 1, :n], t["labels"][i : i + 1, :n], True)
         assert torch.allclose(packed["log_probs"][i, :n], alone["log_probs"][0], atol=1e-5)
@@ -246,9 +245,9 @@ SFT_ROWS = [
 
 def _sft_update(model, tok, cfg, **cut):
     """One SFT optimizer step (sft.optimizer_step: clip, then SGD at lr 1, so the update is the clipped gradient)."""
-    _configure(**cut)
+    compute = _compute(**cut)
     m = copy.deepcopy(model).train()
-    microbatch.prepare(m)
+    microbatch.prepare(m, compute.cut)
     ex = [
         (tok(p, add_special_tokens=False)["input_ids"], tok(r, add_special_tokens=False)["input_ids"])
         for p, r in SFT_ROWS
@@ -256,7 +255,7 @@ def _sft_update(model, tok, cfg, **cut):
     before = [p.detach().clone() for p in m.parameters()]
     opt = torch.optim.SGD(m.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"))
+    row = sft_optimizer_step(m, opt, sched, ex, cfg, 0, torch.device("cpu"), compute)
     return torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)]), row
 
 

@@ -39,14 +39,14 @@ def test_training_memory_by_hand():
 
 
 def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
-    lines, fits = plan.report(full_params(tmp_path), 80, tmp_path / "no-model")
+    lines, fits, _ = plan.report(full_params(tmp_path), 80, tmp_path / "no-model")
     assert fits and "GPU 1 (vLLM engine)" in "\n".join(lines)
     # the largest micro-batch: SFT, 2 traces of the prompt (300) + the longest kept trace (1,500 tokens)
     assert plan.worst_case(yaml.safe_load(full_params(tmp_path).read_text())) == (2, 1800)
     two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
     assert two_gpu[0].total == pytest.approx(25.6, abs=0.05) and two_gpu[1].total == pytest.approx(68.0)
     fp32 = full_params(tmp_path, model__dtype="float32", model__weight_update="nearest", generation__layout="one_gpu")
-    lines, fits = plan.report(fp32, 80, tmp_path / "no-model")
+    lines, fits, _ = plan.report(fp32, 80, tmp_path / "no-model")
     assert not fits and "Refused" in lines[-1]
     r = subprocess.run(
         [sys.executable, "-m", "a5core.run.plan", "--params", str(fp32), "--model-dir", str(tmp_path)],
@@ -138,19 +138,19 @@ def test_chunked_logits_and_checkpointing_by_hand():
 
 def test_auto_picks_the_largest_micro_batch_that_fits_and_a_number_is_kept(tmp_path):
     path = full_params(tmp_path)
-    tokens = plan.planned_tokens(path, 80, tmp_path / "no-model")
+    tokens = plan.report(path, 80, tmp_path / "no-model")[2]
     assert tokens >= 8 * 1324  # the acceptance: at least 8 of the longest GRPO rollouts on an 80 GB card
     params, model, gen, arch = plan._inputs(path, tmp_path / "no-model")
     fits = [plan.training_plans(params, arch, model, gen, t, 80)[0] for t in (tokens, tokens + 1)]
     assert fits[0].total <= 0.9 * 80 < fits[1].total  # the largest within the headroom
-    assert plan.planned_tokens(path, 141, tmp_path / "no-model") > tokens
-    assert plan.planned_tokens(full_params(tmp_path, model__micro_batch_tokens=4000), 80, tmp_path / "no-model") == 4000
-    lines, fits = plan.report(full_params(tmp_path, model__micro_batch_tokens=1000), 80, tmp_path / "no-model")
+    assert plan.report(path, 141, tmp_path / "no-model")[2] > tokens
+    assert plan.report(full_params(tmp_path, model__micro_batch_tokens=4000), 80, tmp_path / "no-model")[2] == 4000
+    lines, fits, _ = plan.report(full_params(tmp_path, model__micro_batch_tokens=1000), 80, tmp_path / "no-model")
     assert not fits and "1000 tokens" in lines[1]  # no room for a sequence of 1,800 tokens: refused
 
 
 def test_auto_on_a_small_card_refuses_with_what_to_change(tmp_path):
-    lines, fits = plan.report(full_params(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
+    lines, fits, _ = plan.report(full_params(tmp_path, model__logits_chunk=0), 16, tmp_path / "no-model")
     assert not fits and "model.logits_chunk" in lines[-1]
 
 
@@ -174,13 +174,15 @@ def test_fsdp2_divides_the_state_over_ranks_and_adds_two_layers_the_root_and_for
 def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path):
     sharded = full_params(tmp_path, distributed__nproc=8, distributed__strategy="fsdp2", generation__layout="one_gpu")
     sharded.write_text(sharded.read_text().replace("gpu_memory_utilization: 0.85", "gpu_memory_utilization: 0.5"))
-    lines, fits = plan.report(sharded, 80, tmp_path / "no-model")
+    lines, fits, _ = plan.report(sharded, 80, tmp_path / "no-model")
     assert fits and "distributed: 8 rank(s), fsdp2; every number is per GPU" in lines
     assert not any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)  # vLLM: from the shards
     with_hf = sharded.read_text().replace("backend: vllm", "backend: hf")
     assert with_hf != sharded.read_text()
     sharded.write_text(with_hf)
-    lines, _ = plan.report(sharded, 80, tmp_path / "no-model")
+    lines, _, _ = plan.report(sharded, 80, tmp_path / "no-model")
     assert any(line.strip().startswith("fsdp2: whole-weights copy") for line in lines)
-    lines, fits = plan.report(full_params(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model")  # two_gpu, vllm
+    lines, fits, _ = plan.report(
+        full_params(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model"
+    )  # two_gpu, vllm
     assert not fits and any("layout one_gpu" in line for line in lines)

@@ -157,16 +157,18 @@ def test_a_resumed_run_continues_exactly(tmp_path, update):
     assert not torch.equal(whole.weight, start)
 
 
-def test_the_sft_loop_trains_bf16_weights_with_the_configured_update(tiny, tmp_path, monkeypatch):
-    """What a stage does: pipeline.training_start configures model.weight_update; the loop's optimizer follows it."""
+def test_the_sft_loop_trains_bf16_weights_with_the_stage_update(tiny, tmp_path, monkeypatch):
+    """What a stage does: training_start resolves model.weight_update into its Compute record; the loop's optimizer
+    follows it."""
     import copy
 
+    from a5core.config.sections import ModelConfig
     from a5core.model import optim
+    from a5core.model.compute import Compute
     from a5core.rl.sft import SFTConfig, train_sft
     from tests.support.loops import METRICS, DyingHistory, StubValidator
 
-    monkeypatch.setattr(optim, "_configured", "nearest")  # restored after the test
-    optim.configure("stochastic_round")
+    compute = Compute.of(ModelConfig(dtype="bfloat16", weight_update="stochastic_round"), "cpu", quiet=True)
     built = []
     real = optim.make_optimizer
     monkeypatch.setattr("a5core.rl.sft.make_optimizer", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
@@ -176,7 +178,14 @@ def test_the_sft_loop_trains_bf16_weights_with_the_configured_update(tiny, tmp_p
     cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=0, lr=1e-5, epochs=1)
     with DyingHistory(tmp_path) as history:
         train_sft(
-            model, tiny[1], rows=rows, cfg=cfg, validate=StubValidator(), history=history, initial={"metrics": METRICS}
+            model,
+            tiny[1],
+            rows=rows,
+            cfg=cfg,
+            validate=StubValidator(),
+            history=history,
+            initial={"metrics": METRICS},
+            compute=compute,
         )
     assert type(built[0]).__module__.startswith("torchao")
     lrs = [r["train/lr"] for r in history.rows["train"]]

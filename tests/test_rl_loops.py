@@ -183,7 +183,9 @@ EI_SFT = SFTConfig(batch_size=2, micro_batch_size=1, lr=1e-3, eval_every=0, chec
 EI_CFG = EIConfig(n_questions=2, rollouts_per_question=3, lr=1e-3, max_tokens=8)
 
 
-def _round(policy, tok, k, folder, scratch=None, backend=None, die_at=None, cfg=EI_CFG, validator=None, sft=EI_SFT):
+def _round(
+    policy, tok, k, folder, scratch=None, backend=None, die_at=None, cfg=EI_CFG, validator=None, sft=EI_SFT, **kw
+):
     backend = backend or StubBackend(tok, [" good one", " bad", " good two"])
     with DyingHistory(folder, die_at) as history:
         result = ei_round(
@@ -199,8 +201,19 @@ def _round(policy, tok, k, folder, scratch=None, backend=None, die_at=None, cfg=
             history=history,
             scratch=scratch,
             fp="fp",
+            **kw,
         )
     return result, history
+
+
+def test_an_ei_round_trains_with_the_stage_compute_settings(tiny, tmp_path):
+    """The round's SFT steps use the stage's `Compute` record: a micro-batch budget below every kept sequence stops
+    the round at its first step (dropped on the way, the round would train on the handout's split)."""
+    from a5core.model.compute import Compute
+    from a5core.model.microbatch import BudgetError, Cut
+
+    with pytest.raises(BudgetError, match="micro_batch_tokens=4"):
+        _round(copy.deepcopy(tiny[0]), tiny[1], 1, tmp_path, compute=Compute(cut=Cut(micro_batch_tokens=4)))
 
 
 def test_ei_rounds_chain_and_build_the_history_from_round_zero(tiny, tmp_path):

@@ -23,7 +23,6 @@ from typing import Any
 
 RECORD_FILE = "run_record.json"
 STARTED = time.monotonic()  # when this process imported a5core: a stage's duration counts from here
-_NOTED: dict[str, Any] = {}  # facts a module settled during this run (the autocast in force, ...): see note()
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 
 
@@ -89,20 +88,15 @@ def machine_kind(record: dict[str, Any]) -> str:
     return f"{record.get('cpu', '?')} ({isa})" + (f", GPUs: {', '.join(gpus)}" if gpus else "")
 
 
-def note(**facts: Any) -> None:
-    """Record facts settled during this run (e.g. the autocast in force) for the run record."""
-    _NOTED.update(facts)
-
-
 def run_record(stage: str, **facts: Any) -> dict[str, Any]:
-    """The volatile record of the stage run that is ending: `note`d facts, then the stage's own (timings, ...)."""
+    """The volatile record of the stage run that is ending, with the stage's own facts (the autocast in force,
+    timings, ...)."""
     return {
         "stage": stage,
         "code_revision": code_revision(),
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - STARTED, 3),
         "machine": machine(),
-        **_NOTED,
         **facts,
     }
 

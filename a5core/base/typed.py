@@ -5,7 +5,8 @@
 - `load_yaml` reads YAML 1.2 floats (`3e-6`, as `dvc exp run -S` writes them) and rejects duplicate keys.
 - `read_params`, `load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read a params file.
 
-The project's sections and `check_params` are in a5core/config/sections.py.
+The project's sections are in a5core/config/sections.py; `check_params`, the whole-file check, in
+a5core/checks/params.py.
 """
 
 from __future__ import annotations

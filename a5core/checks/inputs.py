@@ -125,15 +125,6 @@ def distributed_problems(params: dict) -> list[str]:
     return found
 
 
-def compute_problems(params: dict) -> list[str]:
-    """Compute settings that cannot work together (a5core/model/microbatch.py)."""
-    model = params.get("model") or {}
-    if model.get("group_prompts") and model.get("pack_sequences"):
-        return ["model.group_prompts shares a prompt across a padded micro-batch's rows; packed rows share none: "
-                "set one of group_prompts, pack_sequences to false"]  # fmt: skip
-    return []
-
-
 def problems(params: dict, path: str | Path) -> list[str]:
     """Every problem of what `params` (read from `path`) points at. Files and folders are checked only for a
     project's params file (a dvc.yaml beside it): a profile in conf/profile/ may name data not fetched yet."""
@@ -144,7 +135,6 @@ def problems(params: dict, path: str | Path) -> list[str]:
         *(init_policy_problems(params, root) if in_project else []),
         *reward_fn_problems(params),
         *distributed_problems(params),
-        *compute_problems(params),
         *replicate_problems(params),
     ]
 

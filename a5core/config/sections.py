@@ -2,8 +2,8 @@
 
 Each field's one-line doc is the comment after it; its range is in its type (`Annotated[int, Bound(lo=1)]`).
 a5core/checks/params.py checks a whole params file against these and the other packages' sections. The checks
-(`from_dict`, `load_section`, `load_run`, the YAML
-reader) are in a5core/base/typed.py and are re-exported here, so a section and its loader come from one import.
+(`from_dict`, `load_section`, `load_run`, the YAML reader) are in a5core/base/typed.py and are re-exported here, so a
+section and its loader come from one import.
 """
 
 from __future__ import annotations
@@ -137,6 +137,11 @@ class ModelConfig(Section):
         if self.weight_update != "nearest" and self.dtype != "bfloat16":
             found.append(
                 f"weight_update {self.weight_update!r} is for bfloat16 weights; {self.dtype} weights take 'nearest'"
+            )
+        if self.group_prompts and self.pack_sequences:
+            found.append(
+                "group_prompts shares a prompt across a padded micro-batch's rows; packed rows share none: "
+                "set one of group_prompts, pack_sequences to false"
             )
         return [p for p in found if p]
 

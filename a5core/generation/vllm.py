@@ -224,7 +224,7 @@ class VLLMBackend:
         """Mean |log p_engine - log p_policy| over the policy's greedy continuation of a probe prompt; raises
         WeightSyncError when it exceeds `sync_tolerance`. Returns the difference. Under fsdp2 the policy's forwards
         are collectives: every rank runs the same probe, PROBE_TOKENS + 1 forwards."""
-        with distributed.inference():
+        with distributed.inference(policy):
             return self._verify(policy)
 
     def _verify(self, policy) -> float:

@@ -12,9 +12,8 @@
 
 `reward.grade_inline` runs the steps and returns a `GradeResult`; `pool` runs it in killable worker processes under a
 wall-clock and memory bound; `single.grade` and the handout's reward functions run one call through that bound.
-`latex_gate` is kept although few MATH ground
-truths need it: without it equal answers such as `\\log_2 8` for 3 score wrong, which graders that parse LaTeX into
-sympy accept (reports/latex_gate.md, `python -m bench.latex_gate_share`).
+`latex_gate` is kept although few MATH ground truths need it: without it equal answers such as `\\log_2 8` for 3 score
+wrong, which graders that parse LaTeX into sympy accept (reports/latex_gate.md, `python -m bench.latex_gate_share`).
 """
 
 from a5core.grader.pool import GraderPool, detailed_grader, grade_batch, load_reward_fn

@@ -6,22 +6,32 @@
 - `off`: float32 everywhere (bit-identical runs on one machine kind; the default, smoke and CPU-study profiles).
 - `bf16`: always on, also where it is slow: how CI exercises on an AVX2 machine what AMX/AVX512-BF16 machines run.
 - Weights already in bf16 (the full profile's policy) never get autocast: every matmul is bf16 already.
-The stage calls `configure` once; the mode in force goes to the console and to every run record (run_record.py).
+The stage resolves it once (`resolved`, into its `Compute` record, a5core/model/compute.py); the mode in force goes to
+the console and to the stage's run record (run_record.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from a5core.base import run_record
 from a5core.base.run_record import cpu_flags
 
 Mode = Literal["auto", "off", "bf16"]
 FAST_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-_configured: dict | None = None  # the stage's resolved setting (configure); None: library use, `auto`
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """The setting as resolved for a stage (`resolved`); the default is library use: float32."""
+
+    mode: str = "off"  # model.autocast
+    device: str = "cpu"  # the device type it was resolved for
+    bf16_autocast: bool = False  # bf16 autocast on for float32 weights
+    decided_by: str = "library default: off"  # why, in words (console and run record)
 
 
 def resolve(
@@ -43,44 +53,24 @@ def resolve(
     return False, f"auto: the CPU has neither {' nor '.join(FAST_BF16_FLAGS)}"
 
 
-def configure(mode: Mode, device: torch.device | str = "cpu", *, weights: str = "float32", quiet: bool = False) -> dict:
-    """Set the mode for this process (once per stage, before any model runs) for a policy of `weights` dtype; print
-    and return what is in force."""
-    global _configured
+def resolved(
+    mode: Mode, device: torch.device | str = "cpu", *, weights: str = "float32", quiet: bool = False
+) -> Autocast:
+    """The stage's setting, resolved once (before any model runs) for a policy of `weights` dtype on `device`; printed
+    (unless `quiet`) and returned, to travel in the stage's `Compute` record and its run record."""
     device_type = torch.device(device).type
     on, why = resolve(mode, device_type, cpu_flags(), weights)
-    _configured = {"mode": mode, "device": device_type, "bf16_autocast": on, "decided_by": why}
-    run_record.note(autocast=dict(_configured))
     if not quiet:
         print(f"autocast: bf16 {'on' if on else 'off'} for float32 weights on {device_type} ({why})", flush=True)
-    return dict(_configured)
+    return Autocast(mode, device_type, on, why)
 
 
-def reset() -> None:
-    """Back to the library default (`auto`, unconfigured)."""
-    global _configured
-    _configured = None
-
-
-def in_force() -> dict:
-    """The resolved setting as configured for this stage (or the `auto` default on the CPU, unconfigured)."""
-    if _configured is not None:
-        return dict(_configured)
-    on, why = resolve("auto", "cpu", cpu_flags())
-    return {"mode": "auto", "device": "cpu", "bf16_autocast": on, "decided_by": why, "configured": False}
-
-
-def enabled(device_type: str) -> bool:
-    mode = _configured["mode"] if _configured is not None else "auto"
-    return resolve(mode, device_type, cpu_flags())[0]
-
-
-def autocast_context(model, dtype_pref: str = "auto"):
-    """bf16 autocast for a model with float32 weights when the setting in force says so for its device (`dtype_pref`
+def autocast_context(model, on: bool, dtype_pref: str = "auto"):
+    """bf16 autocast for a model with float32 weights when `on` (the stage's `Autocast.bf16_autocast`; `dtype_pref`
     "bfloat16" / "float32", the hf backend's `generation.dtype`, forces it on / off); a no-op for bf16 weights."""
     params = list(model.parameters())
     if not any(p.dtype == torch.float32 for p in params):
         return contextlib.nullcontext()
     device = params[0].device
-    use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and enabled(device.type))
+    use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and on)
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)

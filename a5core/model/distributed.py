@@ -62,34 +62,29 @@ class DistributedConfig(Section):
 
 @dataclass(frozen=True)
 class World:
-    """This process's place in the run (rank 0 of 1 without torchrun)."""
+    """This process's place in the run (rank 0 of 1 without torchrun), as torch's process group says."""
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
     local_size: int = 1
-    strategy: str = "ddp"
-
-    @property
-    def sharded(self) -> bool:
-        return self.size > 1 and self.strategy == "fsdp2"
-
-
-_world = World()
 
 
 def world() -> World:
-    return _world
+    """This process's place, read from torch's process group and torchrun's LOCAL_* variables (held nowhere else)."""
+    if not dist.is_initialized():
+        return World()
+    local, local_size = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return World(dist.get_rank(), dist.get_world_size(), local, local_size)
 
 
 def is_main() -> bool:
-    return _world.rank == 0
+    return world().rank == 0
 
 
 def setup(cfg: DistributedConfig) -> World:
     """Join torchrun's process group (cpu:gloo, cuda:nccl) when launched with more than one process; on one process,
     nothing. A launch whose size disagrees with the section is an error (a stale command, or plain python)."""
-    global _world
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size != cfg.nproc * cfg.nnodes:
         raise ValueError(
@@ -98,58 +93,59 @@ def setup(cfg: DistributedConfig) -> World:
         )
     if size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    _world = World(dist.get_rank() if size > 1 else 0, size, local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                   cfg.strategy)  # fmt: skip
     if size > 1 and torch.cuda.is_available():
-        torch.cuda.set_device(local)
-    return _world
+        torch.cuda.set_device(world().local_rank)
+    return world()
 
 
-def reset() -> None:
-    """Leave the process group and go back to one process (tests)."""
-    global _world, _full
+def leave() -> None:
+    """Leave torch's process group: one process again (tests, benches)."""
     if dist.is_initialized():
         dist.destroy_process_group()
-    _world, _full = World(), None
+
+
+def is_sharded(model) -> bool:
+    """Whether `shard` sharded `model` (fsdp2 in a process group): the model says so, no module holds it."""
+    return hasattr(model, "a5_forward")
 
 
 def device(default: torch.device) -> torch.device:
     """This rank's device: cuda:<local rank> on GPUs, else `default`."""
-    return torch.device("cuda", _world.local_rank) if default.type == "cuda" else default
+    return torch.device("cuda", world().local_rank) if default.type == "cuda" else default
 
 
 def local_share(total: int) -> int:
     """This node's `total` (CPU threads, grader workers) shared out over its processes (at least 1)."""
-    return max(1, total // _world.local_size)
+    return max(1, total // world().local_size)
 
 
 def block(n: int) -> range:
     """This rank's contiguous share of n items by global index; the blocks, in rank order, are 0..n-1."""
-    return range(n * _world.rank // _world.size, n * (_world.rank + 1) // _world.size)
+    w = world()
+    return range(n * w.rank // w.size, n * (w.rank + 1) // w.size)
 
 
 def gather(local: list) -> list:
     """Every rank's `local` list, concatenated in rank order, on every rank."""
-    if _world.size == 1:
+    if world().size == 1:
         return local
-    parts: list = [None] * _world.size
+    parts: list = [None] * world().size
     dist.all_gather_object(parts, local)
     return [x for part in parts for x in part]
 
 
 def all_sum(values: dict[str, float]) -> dict[str, float]:
     """Each key summed over ranks, in rank order (the same floats on every rank); a rank may lack a key."""
-    if _world.size == 1:
+    if world().size == 1:
         return values
-    parts: list = [None] * _world.size
+    parts: list = [None] * world().size
     dist.all_gather_object(parts, values)
     return {k: sum(part.get(k, 0) for part in parts) for k in sorted({k for part in parts for k in part})}
 
 
 def from_main(obj):
     """Rank 0's `obj` (picklable) on every rank; the others' own are ignored."""
-    if _world.size == 1:
+    if world().size == 1:
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
@@ -158,22 +154,24 @@ def from_main(obj):
 
 def any_rank(flag: bool) -> bool:
     """Whether `flag` is true on any rank: a decision every rank takes the same way (a rank's own clock may not)."""
-    return bool(flag) if _world.size == 1 else all_sum({"flag": int(flag)})["flag"] > 0
+    return bool(flag) if world().size == 1 else all_sum({"flag": int(flag)})["flag"] > 0
 
 
-def deal(groups: list[list[int]]) -> list[tuple[list[int], float]]:
-    """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2,
-    ranks short of one repeat the step's first group with weight 0 (every forward is a collective)."""
-    mine = [(g, 1.0) for g in groups[_world.rank :: _world.size]]
-    if _world.sharded:
-        mine += [(groups[0], 0.0)] * (-(-len(groups) // _world.size) - len(mine))
+def deal(groups: list[list[int]], sharded: bool) -> list[tuple[list[int], float]]:
+    """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2
+    (`sharded`: the policy's `is_sharded`), ranks short of one repeat the step's first group with weight 0 (every
+    forward is a collective)."""
+    w = world()
+    mine = [(g, 1.0) for g in groups[w.rank :: w.size]]
+    if sharded:
+        mine += [(groups[0], 0.0)] * (-(-len(groups) // w.size) - len(mine))
     return mine
 
 
 def reduce_gradients(model) -> None:
     """ddp: sum every used parameter's gradient over ranks, in buckets (a rank that ran no micro-batch contributes
     zeros). fsdp2 reduced them in backward; one process has nothing to do."""
-    if _world.size == 1 or _world.sharded:
+    if world().size == 1 or is_sharded(model):
         return
     params = [p for p in model.parameters() if p.requires_grad]
     used = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)  # (P,)
@@ -211,23 +209,23 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
-def shard(model, streamed: bool = False):
-    """fsdp2 (size > 1): `fully_shard` each decoder layer, then the root, on a 1-D mesh of every rank; gradients are
-    summed, not averaged (each micro-batch's loss is already its share of the step). Otherwise `model` unchanged.
+def shard(model, strategy: str, streamed: bool = False):
+    """`strategy` fsdp2 in a process group (more than one rank; a bench may make a group of one): `fully_shard`
+    each decoder layer, then the root, on a 1-D mesh of every rank; gradients are summed, not averaged (each
+    micro-batch's loss is already its share of the step). Otherwise `model` unchanged.
     `streamed`: the generation backend takes the shards (`WholeState`), so only rank 0 keeps a whole copy, on the
     CPU, for saving; else every rank keeps one beside the shards, for generation (`full_weights`)."""
-    if not _world.sharded:
+    if strategy != "fsdp2" or not dist.is_initialized():  # one process starts no group (`setup`): nothing to shard
         return model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
-    global _full
     # before sharding: whole tensors, refreshed by full_weights (streamed: copied on the device, then moved, before
     # any gradient or optimizer state exists)
-    _full = None if streamed and not is_main() else copy.deepcopy(model).eval()
-    if streamed and _full is not None:
-        _full.to("cpu")
-    mesh = init_device_mesh(next(model.parameters()).device.type, (_world.size,))
+    full = None if streamed and not is_main() else copy.deepcopy(model).eval()
+    if streamed and full is not None:
+        full.to("cpu")
+    mesh = init_device_mesh(next(model.parameters()).device.type, (world().size,))
     units = [*decoder_layers(model), model]
     for unit in units:
         # the root too (torch's default keeps it whole from a forward to the next backward): after a no-grad forward
@@ -241,16 +239,14 @@ def shard(model, streamed: bool = False):
     # this method, which torch's register_fsdp_forward_method wraps in the root unit's forward hooks (`as_forward`)
     model.a5_forward = types.MethodType(lambda self, fn, *args: fn(self, *args), model)
     register_fsdp_forward_method(model, "a5_forward")
+    vars(model)["a5_full"] = full  # the whole copy (`full_weights`), in the instance's dict: not a submodule
     return model
 
 
 def as_forward(model, fn, *args):
     """`fn(model, *args)` as a forward of `model`: under fsdp2 the root unit's hooks gather its parameters (embeddings,
     final norm, LM head) around the call and reduce their gradients in backward, as around `model(...)`."""
-    return model.a5_forward(fn, *args) if _world.sharded else fn(model, *args)
-
-
-_full = None  # fsdp2: the full copy of the sharded policy (`shard`)
+    return model.a5_forward(fn, *args) if is_sharded(model) else fn(model, *args)
 
 
 @torch.no_grad()
@@ -259,14 +255,15 @@ def full_weights(policy):
     for different lengths), saving. Under fsdp2 the copy `shard` made, refreshed from the shards one `full_tensor()`
     at a time (every rank calls it at the same point; a rank without a copy, under `streamed`, gets None);
     elsewhere the policy itself."""
-    if not _world.sharded:
+    if not is_sharded(policy):
         return policy
-    mine = {} if _full is None else dict(_full.named_parameters())
+    full = vars(policy)["a5_full"]
+    mine = {} if full is None else dict(full.named_parameters())
     for name, p in policy.named_parameters():
         whole = _whole(p)
         if mine:
             mine[name].copy_(whole)
-    return _full
+    return full
 
 
 def _whole(t: torch.Tensor) -> torch.Tensor:
@@ -308,7 +305,7 @@ class FullWeightsBackend:
 
 def model_state(policy) -> dict:
     """The policy's state dict with whole tensors (fsdp2: gathered to rank 0's CPU; the other ranks get {})."""
-    if not _world.sharded:
+    if not is_sharded(policy):
         return policy.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -317,7 +314,7 @@ def model_state(policy) -> dict:
 
 def optimizer_state(policy, opt) -> dict:
     """The optimizer's state dict, whole (fsdp2: keyed by parameter name, so any world size can load it)."""
-    if not _world.sharded:
+    if not is_sharded(policy):
         return opt.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -327,7 +324,7 @@ def optimizer_state(policy, opt) -> dict:
 def load_states(policy, opt, model: dict, optim: dict) -> None:
     """`model_state` and `optimizer_state` back into the (possibly sharded) policy and its optimizer, whichever
     layout wrote them: one process keys the optimizer state by index, fsdp2 by parameter name (`_rekeyed`)."""
-    if not _world.sharded:
+    if not is_sharded(policy):
         policy.load_state_dict(model)
         opt.load_state_dict(_rekeyed(policy, opt, optim, by_name=False))
         return
@@ -349,12 +346,12 @@ def _rekeyed(policy, opt, optim: dict, by_name: bool) -> dict:
     return {"state": {key[k]: v for k, v in optim["state"].items()}, "param_groups": groups}
 
 
-def inference():
-    """A no-grad context for forwards of the policy: inference_mode, but no_grad under fsdp2, whose all-gather
-    buffers are reused by the training forwards (which may not write into an inference tensor)."""
-    return torch.no_grad() if _world.sharded else torch.inference_mode()
+def inference(model):
+    """A no-grad context for forwards of `model`: inference_mode, but no_grad under fsdp2, whose all-gather buffers
+    are reused by the training forwards (which may not write into an inference tensor)."""
+    return torch.no_grad() if is_sharded(model) else torch.inference_mode()
 
 
 def barrier() -> None:
-    if _world.size > 1:
+    if world().size > 1:
         dist.barrier()

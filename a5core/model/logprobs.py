@@ -4,7 +4,7 @@
 - Shared prompt prefix (`share_prefix`): computed once and its KV cache repeated over the batch (exact).
 - Packed rows (`lengths`, model.pack_sequences): a micro-batch's sequences as one row with restarting position ids,
   which transformers attends block-causally (SDPA/eager: a block mask; flash-attention 2: varlen); no padding.
-- Chunked LM head (`logits_chunk`, model.logits_chunk via a5core/model/microbatch.py): the decoder's last hidden states
+- Chunked LM head (`cut.logits_chunk`, the stage's model.logits_chunk): the decoder's last hidden states
   go through the LM head, log-softmax, label pick and entropy a chunk of positions at a time, each chunk under
   activation checkpointing, so backward recomputes one chunk's logits instead of keeping all of them: the
   (tokens x vocabulary) float32 tensor never exists. Same values and gradients (tests/test_microbatch.py).
@@ -62,7 +62,7 @@ def _forward(model, input_ids: Tensor, share_prefix: bool, key: str, positions=N
     if positions is not None:
         return [(getattr(model(input_ids=input_ids, position_ids=positions, use_cache=False), key), slice(0, t))]
     # under fsdp2 every forward is a collective: a shared prefix would make the number of forwards depend on the data
-    share_prefix = share_prefix and not distributed.world().sharded
+    share_prefix = share_prefix and not distributed.is_sharded(model)
     p = shared_prefix_length(input_ids) if share_prefix and b > 1 else 0
     if p < MIN_SHARED_PREFIX:
         return [(getattr(model(input_ids=input_ids), key), slice(0, t))]  # (B, T, V or H)
@@ -136,33 +136,31 @@ def get_response_log_probs(
     return_token_entropy: bool = False,
     share_prefix: bool = False,
     entropy_grad: bool = False,
-    logits_chunk: int | None = None,
     lengths: list[int] | None = None,
+    cut: microbatch.Cut = microbatch.Cut(),
 ) -> dict[str, Tensor]:
     """Forward `model` and return unmasked per-token label log-probs (and, if asked, token entropies).
 
     Entropy is a logged diagnostic, so it is computed without gradient to avoid holding a second
     (B, T, V) graph; `entropy_grad=True` (GRPO's entropy bonus) keeps that graph, from the same forward pass.
     `share_prefix=True` computes a prompt prefix common to all rows once (see `_forward`); the result is
-    the same up to floating-point reassociation. `logits_chunk` (default: model.logits_chunk,
-    a5core/model/microbatch.py)
-    positions at a time through the LM head; 0 or a model outside microbatch.CHUNKABLE: all at once. `lengths` (each
-    row's real positions) with model.pack_sequences on: the rows run packed into one, padding-free (values at the
-    padding are then 0).
+    the same up to floating-point reassociation. `cut`: the stage's compute settings (a5core/model/microbatch.py;
+    default: the handout's path): `logits_chunk` positions at a time through the LM head (0 or a model outside
+    microbatch.CHUNKABLE: all at once); with `pack_sequences` and `lengths` (each row's real positions) the rows run
+    packed into one, padding-free (values at the padding are then 0).
     """
-    cut = microbatch.settings()
     if lengths is not None and cut.pack_sequences:
         ids, lab, pos = _pack(input_ids, labels, lengths)
-        out = _log_probs(model, ids, lab, return_token_entropy, False, entropy_grad, logits_chunk, pos)
+        out = _log_probs(model, ids, lab, return_token_entropy, False, entropy_grad, cut.logits_chunk, pos)
         return {k: _unpack(v, lengths, input_ids.shape[1]) for k, v in out.items()}  # (B, T) each
-    return _log_probs(model, input_ids, labels, return_token_entropy, share_prefix, entropy_grad, logits_chunk)
+    return _log_probs(model, input_ids, labels, return_token_entropy, share_prefix, entropy_grad, cut.logits_chunk)
 
 
-def _log_probs(model, input_ids, labels, entropy, share_prefix, entropy_grad, logits_chunk, positions=None):
-    """get_response_log_probs on rows as given (padded, or one packed row with its `positions`)."""
+def _log_probs(model, input_ids, labels, entropy, share_prefix, entropy_grad, chunk, positions=None):
+    """get_response_log_probs on rows as given (padded, or one packed row with its `positions`), the LM head `chunk`
+    positions at a time (0: all at once)."""
     if getattr(model, "is_gradient_checkpointing", False) and model.training:
         share_prefix = False  # transformers turns the KV cache off under gradient checkpointing: no prefix to share
-    chunk = microbatch.settings().logits_chunk if logits_chunk is None else logits_chunk
     if chunk and chunkable(model):  # not model(...): under fsdp2 it runs inside the root unit's hooks
         args = (input_ids, labels, share_prefix, chunk, entropy, entropy_grad, positions)
         return distributed.as_forward(model, _chunked, *args)

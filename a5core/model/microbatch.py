@@ -17,14 +17,17 @@
   rather than only the template that every prompt starts with; it trades some padding for it (reports/step_cut.md).
 - `gradient_checkpointing`: transformers' activation checkpointing (non-reentrant): each decoder layer's activations
   are recomputed in backward instead of kept; one more forward's compute for most of the activation memory.
-The stage calls `configure` once (a5core/stage/training.py); the loops read `settings()`. Library use gets the handout's
-path.
+The stage resolves them once (`Cut.of`, a5core/stage/training.py) into its `Compute` record
+(a5core/model/compute.py), which the loops pass on to `micro_batches` and the log-probs. Library use gets the handout's
+path (`Cut()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from a5core.config.sections import ModelConfig
 
 # Models whose logits are exactly lm_head(last hidden state) in transformers (no soft-capping or scaling after the
 # head), so the chunked path may compute them itself; others fall back to the model's own forward.
@@ -36,8 +39,9 @@ class BudgetError(ValueError):
 
 
 @dataclass(frozen=True)
-class Compute:
-    """The resolved compute settings of this process (see the module docstring)."""
+class Cut:
+    """How a stage cuts and computes its steps (see the module docstring), resolved once (`of`); the default is the
+    handout's path. It travels in the stage's `a5core.model.compute.Compute` record."""
 
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch; None: the handout's split by count
     logits_chunk: int = 0  # positions per chunk of the LM head and log-softmax; 0: all at once
@@ -47,37 +51,17 @@ class Compute:
     )
     group_prompts: bool = False  # a budget's padded micro-batches each hold one prompt's samples (whole prompt shared)
 
-
-_configured = Compute()
-
-
-def configure(
-    micro_batch_tokens: int | str,
-    logits_chunk: int,
-    gradient_checkpointing: bool,
-    pack_sequences: bool = False,
-    group_prompts: bool = False,
-) -> Compute:
-    """Set `model`'s settings for this process (once per stage) and return them; `micro_batch_tokens` "auto" here is
-    the handout's split (the stage passes the plan's number instead on CUDA)."""
-    global _configured
-    budget = micro_batch_tokens if isinstance(micro_batch_tokens, int) else None
-    _configured = Compute(budget, logits_chunk, gradient_checkpointing, pack_sequences, group_prompts)
-    return _configured
+    @classmethod
+    def of(cls, model: ModelConfig, planned_tokens: int | None = None) -> Cut:
+        """The `model` section's settings; `micro_batch_tokens` auto is `planned_tokens` (the memory plan's number, on
+        CUDA) or else the handout's split."""
+        tokens = model.micro_batch_tokens if model.micro_batch_tokens != "auto" else planned_tokens
+        return cls(tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences, model.group_prompts)
 
 
-def reset() -> None:
-    """Back to the library default (tests)."""
-    configure("auto", 0, False)
-
-
-def settings() -> Compute:
-    return _configured
-
-
-def prepare(model) -> None:
+def prepare(model, cut: Cut) -> None:
     """Apply the settings that live on the model: gradient checkpointing (transformers' own switch)."""
-    if _configured.gradient_checkpointing:
+    if cut.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     elif getattr(model, "is_gradient_checkpointing", False):
         model.gradient_checkpointing_disable()
@@ -125,9 +109,11 @@ def cost(lengths: Sequence[int], packed: bool) -> int:
     return sum(lengths) if packed else len(lengths) * max(lengths)
 
 
-def micro_batches(lengths: Sequence[int], count: int, prompts: Sequence[Sequence[int]] = ()) -> list[list[int]]:
-    """`split` with this process's settings; `prompts`: each sequence's prompt token ids (for group_prompts)."""
-    c = _configured
+def micro_batches(
+    lengths: Sequence[int], count: int, cut: Cut, prompts: Sequence[Sequence[int]] = ()
+) -> list[list[int]]:
+    """`split` with the stage's settings `cut`; `prompts`: each sequence's prompt token ids (for group_prompts)."""
+    c = cut
     ids = None
     if c.group_prompts and prompts:
         seen: dict[tuple, int] = {}

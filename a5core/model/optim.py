@@ -19,15 +19,6 @@ from typing import Literal
 import torch
 
 WeightUpdate = Literal["nearest", "stochastic_round", "kahan"]
-_configured: WeightUpdate = "nearest"  # the stage's `model.weight_update` (configure); library default: nearest
-
-
-def configure(update: WeightUpdate) -> None:
-    """Set this process's weight update (once per stage, with model.dtype, before any optimizer is built)."""
-    global _configured
-    if update not in WeightUpdate.__args__:
-        raise ValueError(f"weight update {update!r} is not one of {list(WeightUpdate.__args__)}")
-    _configured = update
 
 
 def make_optimizer(
@@ -35,10 +26,11 @@ def make_optimizer(
     lr: float,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
-    update: WeightUpdate | None = None,
+    update: WeightUpdate = "nearest",
 ):
-    """AdamW over `model`'s parameters with the weight update `update` (default: the configured one)."""
-    update = update or _configured
+    """AdamW over `model`'s parameters with the weight update `update` (a stage's: its `Compute.weight_update`)."""
+    if update not in WeightUpdate.__args__:
+        raise ValueError(f"weight update {update!r} is not one of {list(WeightUpdate.__args__)}")
     every = list(model.parameters())
     params, betas = [p for p in every if p.requires_grad], tuple(betas)  # LoRA: the adapters only
     if len(params) < len(every) and all(p.dtype == torch.float32 for p in params):

@@ -33,6 +33,7 @@ from a5core.config.sections import (
     init_policy_problem,
 )
 from a5core.grader.audit import AUDIT_NAMES, audit_metrics
+from a5core.model.compute import Compute
 from a5core.rl.sft import SFTConfig, train_sft
 from a5core.rl.train_reward import reward_problems, training_reward
 from a5core.run.checkpoint import Checkpointer
@@ -139,8 +140,10 @@ def graded_rollouts(
     cfg: EIConfig,
     pool,
     ckpt: Checkpointer | None = None,
+    compute: Compute = Compute(),
 ) -> tuple[list[GradedSample], list[float]]:
-    """G graded samples for each of D_b questions from `policy`, with each response's mean token entropy.
+    """G graded samples for each of D_b questions from `policy`, with each response's mean token entropy (a forward
+    with the stage's `compute.cut` where the backend did not record it).
 
     With `ckpt`, a previous attempt's result is returned instead of generating again, and a new one is saved (as
     plain dicts, which a weights_only load accepts).
@@ -153,7 +156,7 @@ def graded_rollouts(
     )
     backend.sync_weights(policy)  # on vLLM: push (and verify) the policy this round starts from
     samples = generate_and_grade(backend, questions, cfg.prompt, cfg.sampling(round_idx), pool)
-    entropies = response_entropies(policy, tokenizer, samples)
+    entropies = response_entropies(policy, tokenizer, samples, cut=compute.cut)
     if ckpt:
         ckpt.save({"samples": [dataclasses.asdict(s) for s in samples], "entropies": entropies})
     return samples, entropies
@@ -215,15 +218,24 @@ def ei_round(
     scratch: str | None = None,
     fp: str = "",
     n_completions: int = 8,
+    compute: Compute = Compute(),
 ) -> RunResult:
-    """One EI round; trains `policy` in place (see the module docstring).
+    """One EI round; trains `policy` in place (see the module docstring) with the stage's `compute` settings.
 
     `scratch` (with fingerprint `fp` of everything the round depends on): where the graded rollouts and the SFT
     checkpoints are kept so that a killed round resumes. The round's SFT steps are logged to `history`.
     """
     gen_ckpt = Checkpointer(f"{scratch}/rollouts", fp, 1) if scratch else None
     samples, entropies = graded_rollouts(
-        policy, tokenizer, backend, train_rows=train_rows, round_idx=round_idx, cfg=cfg, pool=pool, ckpt=gen_ckpt
+        policy,
+        tokenizer,
+        backend,
+        train_rows=train_rows,
+        round_idx=round_idx,
+        cfg=cfg,
+        pool=pool,
+        ckpt=gen_ckpt,
+        compute=compute,
     )
     kept, rollouts, report = kept_rollouts(samples, entropies, cfg, round_idx)
     if not kept:
@@ -242,6 +254,7 @@ def ei_round(
         history=history,
         ckpt=sft_ckpt,
         n_completions=n_completions,
+        compute=compute,
     )
     return RunResult(trained.final, {**report, "trained": True}, rollouts)
 

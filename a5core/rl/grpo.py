@@ -1,8 +1,9 @@
-"""GRPO with verified rewards (Algorithm 3 of the handout; Shao et al., 2024): the loop, its typed state, its config.
+"""GRPO with verified rewards (Algorithm 3 of the handout; Shao et al., 2024): the loop and its typed state.
 
 - A step reads as two calls, `rollout(run, step)` then `update_policy(run, rollouts, step)`; `Run` holds what is
-  fixed for the run (config, policy, tokenizer, backend, grader pool, questions) and what it carries (optimizer,
-  history, wall clock); a step's rollouts travel to the update as a `Rollouts` record (a5core.rl.grpo_update: the math).
+  fixed for the run (config: a5core/rl/grpo_config.py; policy, tokenizer, backend, grader pool, questions, the
+  stage's `Compute` settings) and what it carries (optimizer, history, wall clock); a step's rollouts travel to the
+  update as a `Rollouts` record (a5core.rl.grpo_update: the math).
 - Around the steps, `train_grpo`: start validation (outside the wall-clock budget), validation on a fixed seeded
   subset every `eval_every` steps and on the whole set at the end, a checkpoint every `checkpoint_every` steps.
 - Departures from the handout, all off by default: the options of a5core.rl.rl_options (clip-higher, overlong
@@ -25,6 +26,7 @@ from a5core.base.seeds import derive_seed
 from a5core.base.stats import mean
 from a5core.grader.audit import audit_metrics
 from a5core.model import distributed
+from a5core.model.compute import Compute
 from a5core.model.optim import make_optimizer
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch
@@ -63,6 +65,7 @@ class Run:
     opt: torch.optim.Optimizer
     history: RunHistory
     device: torch.device
+    compute: Compute  # the stage's micro-batches, autocast and weight update (a5core/model/compute.py)
     t_start: float  # monotonic time the run's wall clock counts from (a resumed run continues it)
     ref: object = None  # the frozen start policy of the KL term (grpo.kl_coef), else None
 
@@ -102,9 +105,9 @@ def rollout(run: Run, step: int) -> Rollouts:
     batch, meta = rollout_batch(run.tokenizer, samples, cfg)
     t2 = time.monotonic()
     if cfg.needs_old_log_probs:
-        batch.old_log_probs = old_log_probs_for(run.policy, batch, cfg.micro_batch_size, run.device)
+        batch.old_log_probs = old_log_probs_for(run.policy, batch, cfg.micro_batch_size, run.device, run.compute)
     if run.ref is not None:  # the reference's log-probs: once per rollout batch, no graph, like the old ones
-        batch.ref_log_probs = old_log_probs_for(run.ref, batch, cfg.micro_batch_size, run.device)
+        batch.ref_log_probs = old_log_probs_for(run.ref, batch, cfg.micro_batch_size, run.device, run.compute)
     timing = {"perf/sync_s": t1 - t0, "perf/rollout_s": t2 - t1, "perf/old_log_probs_s": time.monotonic() - t2}
     return Rollouts(batch, {**rollout_stats(samples, meta), **ds_stats}, timing)
 
@@ -119,7 +122,7 @@ def update_policy(run: Run, rollouts: Rollouts, step: int) -> None:
         for s in range(0, n, cfg.train_batch_size):
             t3 = time.monotonic()
             idx = perm[s : s + cfg.train_batch_size]
-            row = optimizer_step(run.policy, run.opt, cfg, idx, rollouts.batch, run.device)
+            row = optimizer_step(run.policy, run.opt, cfg, idx, rollouts.batch, run.device, run.compute)
             run.history.log(
                 "train",
                 {
@@ -158,8 +161,10 @@ def train_grpo(
     initial: dict | None = None,
     n_completions: int = 8,
     snapshot: Callable | None = None,
+    compute: Compute = Compute(),
 ) -> RunResult:
-    """Run GRPO in place on `policy`. Returns the final full validation, and when the best validation was.
+    """Run GRPO in place on `policy` with the stage's `compute` settings (micro-batches, autocast, weight update;
+    a5core/model/compute.py). Returns the final full validation, and when the best validation was.
 
     Validation: `initial` (the starting policy's saved full validation under the same protocol) or a measurement is
     the step-0 point (outside the wall-clock budget), the fixed subset every `eval_every` steps, the whole set at
@@ -167,7 +172,7 @@ def train_grpo(
     """
     cfg.validate()
     device = next(policy.parameters()).device
-    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay, cfg.betas)
+    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay, cfg.betas, compute.weight_update)
     ref = reference_policy(policy, cfg)  # before the restore: the reference is the run's start policy
     state = ckpt.restore_training(policy, opt) if ckpt else {}
     history.restore(state.get("history"))
@@ -176,7 +181,7 @@ def train_grpo(
         metrics = initial["metrics"] if initial else validate(policy, full=True).metrics
         history.log("eval", {"step": 0, "count/grpo_step": 0, **metrics, "perf/wall_s": 0.0})
     t_start = time.monotonic() - state.get("wall_s", 0.0)
-    run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, t_start, ref)
+    run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, compute, t_start, ref)
     step = state.get("step", 0)
     while step < cfg.n_grpo_steps and not run.over_budget():
         grpo_step(run, step)

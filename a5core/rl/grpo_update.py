@@ -18,6 +18,7 @@ import torch
 from a5core.base.records import GradedSample, RolloutBatch
 from a5core.model import distributed, microbatch
 from a5core.model.autocast import autocast_context
+from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import pad_token_id, tokenize_ids
 from a5core.rl.advantages import group_normalize
@@ -50,23 +51,26 @@ def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tu
     return RolloutBatch(prompts, outputs, raw, adv, pad, keep=keep, rollout_log_probs=engine), meta
 
 
-def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int) -> list[list[int]]:
-    """Rollouts `idx` as compute micro-batches: the handout's `count` per micro-batch, or model.micro_batch_tokens."""
+def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int, cut: microbatch.Cut) -> list[list[int]]:
+    """Rollouts `idx` as compute micro-batches: the handout's `count` per micro-batch, or `cut.micro_batch_tokens`."""
     lengths = [len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) for i in idx]
     prompts = [rollouts.prompt_ids[i] for i in idx]
-    return [[idx[j] for j in group] for group in microbatch.micro_batches(lengths, count, prompts)]
+    return [[idx[j] for j in group] for group in microbatch.micro_batches(lengths, count, cut, prompts)]
 
 
-def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device) -> list[torch.Tensor]:
-    """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph); on N ranks each
-    computes its share of the micro-batches and every rank gets them all."""
+def old_log_probs_for(
+    policy, rollouts: RolloutBatch, micro: int, device, compute: Compute = Compute()
+) -> list[torch.Tensor]:
+    """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph) with the stage's
+    `compute` settings; on N ranks each computes its share of the micro-batches and every rank gets them all."""
     mine: list[tuple[int, torch.Tensor]] = []
-    for idx, weight in distributed.deal(_micro_batches(rollouts, list(range(len(rollouts))), micro)):
+    groups = _micro_batches(rollouts, list(range(len(rollouts))), micro, compute.cut)
+    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy)):
         b = _batch(rollouts, idx, device)
-        with distributed.inference(), autocast_context(policy):
-            lp = get_response_log_probs(policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"])[
-                "log_probs"
-            ]  # (b, T)
+        with distributed.inference(policy), autocast_context(policy, compute.bf16_autocast):
+            lp = get_response_log_probs(
+                policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"], cut=compute.cut
+            )["log_probs"]  # (b, T)
         mine += [(i, lp[j].cpu()) for j, i in enumerate(idx)] if weight else []  # gathered through the CPU
     out = dict(distributed.gather(mine))
     return [out[i].to(device) for i in range(len(rollouts))]
@@ -77,12 +81,19 @@ def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def _micro_step(
-    policy, cfg: GRPOConfig, rollouts: RolloutBatch, mi: list[int], step_units: int, device, weight: float = 1.0
+    policy,
+    cfg: GRPOConfig,
+    rollouts: RolloutBatch,
+    mi: list[int],
+    step_units: int,
+    device,
+    compute: Compute,
+    weight: float = 1.0,
 ) -> dict:
     """Forward/backward of micro-batch `mi` with its share of the step's loss (times `weight`: 0 is a fsdp2 rank's
     repeat that only keeps the collectives in step); returns its sums for the log."""
     b = _batch(rollouts, mi, device)
-    with autocast_context(policy):
+    with autocast_context(policy, compute.bf16_autocast):
         out = get_response_log_probs(
             policy,
             b["input_ids"],
@@ -91,6 +102,7 @@ def _micro_step(
             share_prefix=True,
             entropy_grad=bool(cfg.entropy_coef),
             lengths=b["lengths"],
+            cut=compute.cut,
         )
     width, mask = b["labels"].shape[1], b["response_mask"]
     old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
@@ -116,14 +128,17 @@ def _micro_step(
         "clip": float(meta["clip_fraction"]) * tokens,
         "entropy": float((out["token_entropy"].detach() * mask).sum()),
         "tokens": tokens,
-        "cells": microbatch.cost(b["lengths"], microbatch.settings().pack_sequences),  # positions the forward computed
+        "cells": microbatch.cost(b["lengths"], compute.cut.pack_sequences),  # positions the forward computed
         "real": sum(b["lengths"]),  # of which real (not padding)
         **{f"option/{name}": float((per_token * mask).sum()) for name, per_token in option_terms.items()},
     }
 
 
-def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device) -> dict:
-    """One optimizer step over rollouts `idx`: micro-batched forward/backward, clip, AdamW step.
+def optimizer_step(
+    policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device, compute: Compute = Compute()
+) -> dict:
+    """One optimizer step over rollouts `idx`: micro-batched forward/backward with the stage's `compute` settings,
+    clip, AdamW step.
 
     Each micro-batch's loss is its share of the step's mean (microbatch.share over losses.normalizer_units), so the
     update is the same for any split into micro-batches (the handout's, or a token budget) and over ranks, whose
@@ -132,8 +147,9 @@ def optimizer_step(policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: Rollo
     step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
     t0 = time.monotonic()
     sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
-    for mi, weight in distributed.deal(_micro_batches(rollouts, idx, cfg.micro_batch_size)):
-        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device, weight).items():
+    groups = _micro_batches(rollouts, idx, cfg.micro_batch_size, compute.cut)
+    for mi, weight in distributed.deal(groups, distributed.is_sharded(policy)):
+        for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device, compute, weight).items():
             sums[key] = sums.get(key, 0) + value
     distributed.reduce_gradients(policy)
     sums = distributed.all_sum(sums)

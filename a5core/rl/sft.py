@@ -23,6 +23,7 @@ from a5core.base.seeds import derive_seed
 from a5core.config.sections import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
 from a5core.model import distributed, microbatch
 from a5core.model.autocast import autocast_context
+from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.optim import make_optimizer, make_schedule
 from a5core.model.tokenization import pad_token_id, tokenize_ids
@@ -79,26 +80,27 @@ def encode_examples(tokenizer, rows: list[dict]) -> list[Example]:
     return out
 
 
-def micro_batches(examples: list[Example], size: int) -> list[list[int]]:
+def micro_batches(examples: list[Example], size: int, cut: microbatch.Cut = microbatch.Cut()) -> list[list[int]]:
     """Indices grouped into micro-batches of similar total length (sorted by length): `size` examples each, or as
-    many as model.micro_batch_tokens holds (a5core/model/microbatch.py)."""
+    many as `cut.micro_batch_tokens` holds (a5core/model/microbatch.py)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
     lengths = [len(examples[i][0]) + len(examples[i][1]) for i in order]
     prompts = [examples[i][0] for i in order]
-    return [[order[j] for j in group] for group in microbatch.micro_batches(lengths, size, prompts)]
+    return [[order[j] for j in group] for group in microbatch.micro_batches(lengths, size, cut, prompts)]
 
 
-def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:
-    """Forward/backward over one optimizer step's examples (gradients accumulate; no optimizer step)."""
-    groups = micro_batches(batch, cfg.micro_batch_size)
+def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute = Compute()) -> dict:
+    """Forward/backward over one optimizer step's examples with the stage's `compute` settings (gradients accumulate;
+    no optimizer step)."""
+    groups = micro_batches(batch, cfg.micro_batch_size, compute.cut)
     n_tokens = sum(len(o) for _, o in batch)
     stats = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0, "padded": 0, "cells": 0}
-    for idx, weight in distributed.deal(groups):  # on N ranks, this rank's share (a5core.model.distributed)
+    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy)):  # on N ranks, this rank's share
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         lengths = [len(batch[i][0]) + len(batch[i][1]) - 1 for i in idx]  # each row's real positions
-        with autocast_context(policy):
-            out = get_response_log_probs(policy, ids, labels, True, share_prefix=True, lengths=lengths)
+        with autocast_context(policy, compute.bf16_autocast):
+            out = get_response_log_probs(policy, ids, labels, True, share_prefix=True, lengths=lengths, cut=compute.cut)
         # both are the micro-batch's share of the step's mean, whatever the split (a5core/model/microbatch.py)
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
             # why n_tokens / len(idx): the handout's step returns the micro-batch's mean over its len(idx) rows of
@@ -115,17 +117,19 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device) 
             continue
         stats["entropy_sum"] += float((out["token_entropy"] * mask).sum())
         stats["tokens"] += int(mask.sum())
-        cells = microbatch.cost(lengths, microbatch.settings().pack_sequences)  # positions the forward computed
+        cells = microbatch.cost(lengths, compute.cut.pack_sequences)  # positions the forward computed
         stats["padded"] += cells - sum(lengths)
         stats["cells"] += cells
     distributed.reduce_gradients(policy)
     return distributed.all_sum(stats)
 
 
-def optimizer_step(policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device) -> dict:
+def optimizer_step(
+    policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute = Compute()
+) -> dict:
     """One optimizer step on `batch`: forward/backward -> clip -> AdamW -> schedule. Returns its log row."""
     t0 = time.monotonic()
-    stats = sft_step(policy, batch, cfg, pad_id, device)
+    stats = sft_step(policy, batch, cfg, pad_id, device, compute)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     lr = float(sched.get_last_lr()[0])  # a tensor for torchao's AdamW (model.weight_update: stochastic_round)
     opt.step()
@@ -156,9 +160,11 @@ def train_sft(
     ckpt: Checkpointer | None = None,
     n_completions: int = 8,
     snapshot: Callable | None = None,
+    compute: Compute = Compute(),
 ) -> RunResult:
     """Train `policy` in place on rows {prompt, response}; returns the final full validation and the step count.
 
+    `compute`: the stage's compute settings (micro-batches, autocast, weight update; a5core/model/compute.py).
     `validate(policy, full=bool)` evaluates; `initial` (the starting policy's saved full validation record) is
     logged as the step-0 point of the curve; `snapshot(policy, step)`, when given, runs after every optimizer step.
     """
@@ -172,7 +178,7 @@ def train_sft(
         for i in random.Random(derive_seed(cfg.seed, "sft_order", e)).sample(range(len(examples)), len(examples))
     ]
     total = math.ceil(len(order) / cfg.batch_size)
-    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay)
+    opt = make_optimizer(policy, cfg.lr, cfg.weight_decay, update=compute.weight_update)
     sched = make_schedule(opt, total, round(cfg.warmup_ratio * total), cfg.schedule)
     state = ckpt.restore_training(policy, opt, sched) if ckpt else {}
     history.total_steps = total
@@ -183,7 +189,8 @@ def train_sft(
     pad_id = pad_token_id(tokenizer)
     for step in range(state.get("step", 0), total):
         batch = [examples[i] for i in order[step * cfg.batch_size : (step + 1) * cfg.batch_size]]
-        history.log("train", {"step": step + 1, **optimizer_step(policy, opt, sched, batch, cfg, pad_id, device)})
+        row = optimizer_step(policy, opt, sched, batch, cfg, pad_id, device, compute)
+        history.log("train", {"step": step + 1, **row})
         if snapshot:
             snapshot(policy, step + 1)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total:

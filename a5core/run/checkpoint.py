@@ -49,18 +49,18 @@ def set_rng_state(state: dict) -> None:
 WHOLE = ("model", "optimizer")  # the whole-tensor parts of a state, which fsdp2 loads from rank 0 by broadcast
 
 
-def _read(path: Path) -> tuple[dict | None, Exception | None]:
-    """(state, the error that made it unreadable). Every rank reads the file, but under fsdp2 rank 0 alone: the
-    others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- `distributed.load_states` then
-    streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's whole AdamW state, ~84 GB,
-    would need ~670 GB of host memory on one node)."""
+def _read(path: Path, sharded: bool) -> tuple[dict | None, Exception | None]:
+    """(state, the error that made it unreadable). Every rank reads the file, but under fsdp2 (`sharded`) rank 0
+    alone: the others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- `distributed.load_states`
+    then streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's whole AdamW state, ~84
+    GB, would need ~670 GB of host memory on one node)."""
     state, err = None, None
-    if distributed.is_main() or not distributed.world().sharded:
+    if distributed.is_main() or not sharded:
         try:
             state = torch.load(path, weights_only=True, map_location="cpu")
         except Exception as caught:  # any unreadable file means: do not resume from it
             err = caught
-    if not distributed.world().sharded:
+    if not sharded:
         return state, err
     rest = None if state is None else {k: v for k, v in state.items() if k not in WHOLE}
     rest = distributed.from_main(rest)
@@ -83,14 +83,15 @@ class Checkpointer:
                 fp_file.write_text(fp)
         distributed.barrier()
 
-    def load(self) -> dict | None:
+    def load(self, sharded: bool = False) -> dict | None:
         """The saved state, or None. An unreadable state is moved to `state.corrupt-<time>/` (warning). On N ranks
-        the ranks agree on whether it was readable (`_read`), and rank 0 alone moves it aside."""
+        the ranks agree on whether it was readable (`_read`; `sharded`: the policy is, and rank 0 alone reads), and
+        rank 0 alone moves it aside."""
         for name in ("state", "state.old"):  # state.old exists only if a kill hit between the two renames
             path = self.folder / name / "state.pt"
             if not distributed.any_rank(path.exists()):
                 continue
-            state, err = _read(path)
+            state, err = _read(path, sharded)
             if not distributed.any_rank(err is not None):
                 return state
             if distributed.is_main():
@@ -143,7 +144,7 @@ class Checkpointer:
 
     def restore_training(self, policy, optimizer, scheduler=None) -> dict:
         """Load the last saved state into the objects and return it ({} when there is none)."""
-        state = self.load()
+        state = self.load(distributed.is_sharded(policy))
         if not state:
             return {}
         distributed.load_states(policy, optimizer, state["model"], state["optimizer"])

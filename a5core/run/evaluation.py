@@ -28,6 +28,7 @@ from a5core.grader.bounds import Rejected
 from a5core.grader.normalize import normalize
 from a5core.grader.pool import GraderPool
 from a5core.model import distributed
+from a5core.model.microbatch import Cut
 
 ENTROPY_SAMPLE = 64  # responses whose entropy is computed by a forward pass when the backend did not record it
 
@@ -185,18 +186,20 @@ def evaluate_policy(
     pool: GraderPool,
     progress: bool = True,
     prompt: str | None = None,
+    cut: Cut = Cut(),
 ) -> Evaluation:
     """Generate cfg.samples_per_example samples per row with the eval sampling settings, grade, summarize.
 
     `prompt` overrides cfg.prompt (a GRPO run validates with its own prompt). Mean token entropy is over every
-    response when the backend recorded it while sampling (hf), else over the first ENTROPY_SAMPLE responses.
+    response when the backend recorded it while sampling (hf), else over the first ENTROPY_SAMPLE responses, by a
+    forward with the stage's `cut` (its LM-head chunking).
     """
     prompt = prompt or cfg.prompt
     sampling = cfg.sampling(cfg.samples_per_example, prompt)
     samples = generate_and_grade(backend, rows, prompt, sampling, pool, progress)
     at_k = at_k_scores(samples, cfg.samples_per_example)
     metrics, breakdown, scores = summarize(samples, cfg.samples_per_example, at_k)
-    entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE)
+    entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE, cut=cut)
     metrics["eval/entropy"] = mean([e for e in entropies if e is not None])  # mean next-token entropy, nats
     return Evaluation(samples, metrics, breakdown, scores, entropies, at_k)
 
@@ -230,21 +233,27 @@ def log_evaluation(history, step: int, evaluation: Evaluation, n_completions: in
     history.log_completions(step, completions(evaluation, n_completions))
 
 
-def response_entropies(policy, tokenizer, samples: list[GradedSample], limit: int | None = None) -> list[float | None]:
+def response_entropies(
+    policy, tokenizer, samples: list[GradedSample], limit: int | None = None, cut: Cut = Cut()
+) -> list[float | None]:
     """Mean next-token entropy over each sample's response tokens under `policy`, the policy that generated them.
 
     From generation where the backend recorded it (hf: the very distributions the tokens were sampled from);
-    otherwise one teacher-forced forward pass, for the first `limit` samples lacking it (the rest stay None).
+    otherwise one teacher-forced forward pass (with the stage's `cut`), for the first `limit` samples lacking it (the
+    rest stay None).
     """
     out = [mean(s.token_entropies) if s.token_entropies else None for s in samples]
     missing = [i for i, e in enumerate(out) if e is None][:limit]
-    for i, e in zip(missing, forward_entropies(policy, tokenizer, [samples[i] for i in missing])):
+    for i, e in zip(missing, forward_entropies(policy, tokenizer, [samples[i] for i in missing], cut=cut)):
         out[i] = e
     return out
 
 
-def forward_entropies(policy, tokenizer, samples: list[GradedSample], batch_size: int = 16) -> list[float]:
-    """Mean next-token entropy over each sample's response tokens, by a teacher-forced forward pass."""
+def forward_entropies(
+    policy, tokenizer, samples: list[GradedSample], batch_size: int = 16, cut: Cut = Cut()
+) -> list[float]:
+    """Mean next-token entropy over each sample's response tokens, by a teacher-forced forward pass (its LM head
+    `cut.logits_chunk` positions at a time)."""
     from a5core.model.logprobs import get_response_log_probs
     from a5core.model.tokenization import pad_token_id, tokenize_ids
 
@@ -255,13 +264,14 @@ def forward_entropies(policy, tokenizer, samples: list[GradedSample], batch_size
         chunk = samples[i : i + batch_size]
         prompt_ids = [tokenizer(s.prompt, add_special_tokens=False)["input_ids"] for s in chunk]
         batch = tokenize_ids(prompt_ids, [list(s.token_ids) or [pad] for s in chunk], pad)
-        with distributed.inference():
+        with distributed.inference(policy):
             ent = get_response_log_probs(
                 policy,
                 batch["input_ids"].to(device),
                 batch["labels"].to(device),
                 return_token_entropy=True,
                 share_prefix=True,
+                cut=Cut(logits_chunk=cut.logits_chunk),  # rows padded, not packed (no `lengths`)
             )["token_entropy"]  # (b, T)
         mask = batch["response_mask"].to(device).float()  # (b, T)
         out.extend(((ent * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist())

@@ -307,14 +307,9 @@ def _inputs(params_path: str, model_dir: str) -> tuple[dict, ModelConfig, Genera
     return read_params(params_path), model, gen, architecture(model.source, model_dir)
 
 
-def planned_tokens(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> int:
-    """The training micro-batch, in tokens, that `report` plans with: what `auto` resolves to on a card of gpu_gb."""
-    params, model, gen, arch = _inputs(params_path, model_dir)
-    return micro_batch_tokens(params, arch, model, gen, gpu_gb)
-
-
-def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool]:
-    """The plan's lines, and whether the memory plan fits (a CPU-only layout always does)."""
+def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool, int]:
+    """The plan's lines, whether the memory plan fits (a CPU-only layout always does), and the training micro-batch
+    in tokens it plans with (what `model.micro_batch_tokens: auto` resolves to on a card of gpu_gb)."""
     params, model, gen, arch = _inputs(params_path, model_dir)
     _, seq = worst_case(params)
     rollout = PROMPT_TOKENS + max(r["max_tokens"] for r in grpo_runs(params))
@@ -358,7 +353,7 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
             "micro-batch (model.micro_batch_tokens, at least the longest sequence), or turn on model.logits_chunk "
             "and model.gradient_checkpointing."
         )
-    return lines, fits
+    return lines, fits, tokens
 
 
 SCALING = [  # the README's table: (model.source, GPUs, strategy)
@@ -395,7 +390,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.scaling:
         sys.exit(print("\n".join(scaling(args.gpu_gb))))
-    lines, fits = report(args.params, args.gpu_gb, args.model_dir)
+    lines, fits, _ = report(args.params, args.gpu_gb, args.model_dir)
     print("\n".join(lines))
     sys.exit(0 if fits else 1)
 

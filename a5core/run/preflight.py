@@ -133,7 +133,7 @@ def plan_problems(params_path: str, machine: Machine, model_dir: str = "models/b
     if not (machine.cuda_available and machine.gpu_gb):
         return []
     try:
-        lines, fits = plan.report(params_path, machine.gpu_gb, model_dir)
+        lines, fits, _ = plan.report(params_path, machine.gpu_gb, model_dir)
     except SystemExit:
         return []
     return [] if fits else ["the memory plan does not fit this GPU:\n" + "\n".join(lines)]

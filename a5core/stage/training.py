@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from a5core.base.artifacts import content_hash, provenance, write_json
+from a5core.base.run_record import write_run_record
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import paired_difference
 from a5core.config.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
 from a5core.config.sections import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
 from a5core.generation import make_backend
 from a5core.grader.pool import GraderPool
-from a5core.model import autocast, distributed, lora, microbatch, optim
+from a5core.model import distributed, lora, microbatch
+from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
 from a5core.run.checkpoint import fingerprint
 from a5core.run.evaluation import Evaluation, evaluate_policy
@@ -53,55 +55,50 @@ class TrainingStart:
     tokenizer: Any
     backend: Any  # generation backend bound to the policy
     validation_rows: list[dict]
-    bf16_autocast: bool  # model.autocast as resolved on this machine: part of every run's params (and fingerprint)
-    weight_update: str = "nearest"  # model.weight_update: a checkpoint's optimizer state is only valid for its own
-    compute: microbatch.Compute = microbatch.Compute()  # model.micro_batch_tokens and the other compute settings
+    compute: Compute  # the `model` section as resolved here (micro-batches, autocast, weight update): every loop's
     lora: dict | None = None  # model.lora_rank, lora_alpha, lora_targets
 
     def numerics(self) -> dict:
         """What sets the run's arithmetic besides its params: in its provenance and its resume fingerprint (the
         compute and LoRA settings only when not the handout's path, so that a default run's artifacts stay what they
         were)."""
-        cut = {} if self.compute == microbatch.Compute() else {"compute": dataclasses.asdict(self.compute)}
+        c = self.compute
+        cut = {} if c.cut == microbatch.Cut() else {"compute": dataclasses.asdict(c.cut)}
         adapters = {"lora": self.lora} if self.lora and self.lora["rank"] else {}
         return {
             "model_dtype": self.policy.dtype,
-            "bf16_autocast": self.bf16_autocast,
-            "weight_update": self.weight_update,
+            "bf16_autocast": c.bf16_autocast,  # as resolved on this machine (its fingerprint)
+            "weight_update": c.weight_update,  # a checkpoint's optimizer state is only valid for its own
             **cut,
             **adapters,
         }
 
 
-def training_start(args: argparse.Namespace, seed: int) -> TrainingStart:
-    """Seed torch, check the memory and disk plans, resolve `model.autocast`, load the policy in `args.model` (in
-    model.dtype) and its backend, read `args.validation`."""
+def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -> TrainingStart:
+    """Seed torch, check the memory and disk plans, resolve the `model` section into the stage's `Compute` record,
+    load the policy in `args.model` (in model.dtype; sharded under `strategy` fsdp2 on N ranks) and its backend, read
+    `args.validation`."""
     generation = load_section(GenerationConfig, "generation", args.params)
     model = load_section(ModelConfig, "model", args.params)
     questions = entry.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
     planned = check_plans(args.params, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
     device = distributed.device(entry.setup_torch(seed, share=distributed.local_share))
-    in_force = autocast.configure(model.autocast, device, weights=model.dtype)
-    optim.configure(model.weight_update)  # every make_optimizer of this stage
-    tokens = planned if model.micro_batch_tokens == "auto" and planned else model.micro_batch_tokens
-    cut = microbatch.configure(
-        tokens, model.logits_chunk, model.gradient_checkpointing, model.pack_sequences, model.group_prompts
-    )
+    compute = Compute.of(model, device, planned)  # passed to every loop, optimizer step and log-prob of the stage
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
-    microbatch.prepare(policy)
-    policy = distributed.shard(policy, streamed=generation.backend == "vllm")  # fsdp2 on N ranks; else unchanged
+    microbatch.prepare(policy, compute.cut)
+    policy = distributed.shard(policy, strategy, streamed=generation.backend == "vllm")  # fsdp2 on N ranks
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,
         logging=load_section(LoggingConfig, "logging", args.params),
         policy=policy,
         tokenizer=tokenizer,
-        backend=distributed.FullWeightsBackend(make_backend(generation, args.model, policy, tokenizer, seed=seed)),
+        backend=distributed.FullWeightsBackend(
+            make_backend(generation, args.model, policy, tokenizer, seed=seed, bf16_autocast=compute.bf16_autocast)
+        ),
         validation_rows=questions,
-        bf16_autocast=in_force["bf16_autocast"],
-        weight_update=model.weight_update,
-        compute=cut,
+        compute=compute,
         lora={"rank": model.lora_rank, "alpha": model.lora_alpha, "targets": model.lora_targets},
     )
 
@@ -122,6 +119,10 @@ class TrainingStage:
     def main(self) -> bool:
         """Whether this process writes the stage's outputs (rank 0 of a distributed run)."""
         return distributed.is_main()
+
+    def write_run_record(self, folder: str, **facts) -> None:
+        """The stage run's record (a5core/base/run_record.py), with the autocast in force and `facts` (rank 0)."""
+        write_run_record(folder, self.name, autocast=dataclasses.asdict(self.start.compute.autocast), **facts)
 
     def save(self, out: str, final: Evaluation, params: dict, inputs: dict) -> None:
         """The trained policy's folder, with its provenance and its final validation (every rank calls it; rank 0
@@ -150,13 +151,14 @@ def training_stage(
     section's; one pool when equal) so their imports overlap the model load, `training_start`, the run history, the
     validator (with `prompt`, default: the validation section's) and the validation of the policy in
     `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
-    distributed.setup(load_section(distributed.DistributedConfig, "distributed", args.params))
+    ranks = load_section(distributed.DistributedConfig, "distributed", args.params)
+    distributed.setup(ranks)
     validation = load_section(EvalConfig, "validation", args.params)
     train_reward, val_reward = train_reward or validation.reward_fn, val_reward or validation.reward_fn
     pool = grader_pool(validation, train_reward).start()
     vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
-    start = training_start(args, seed)
-    protocol = validation_protocol(start.validation, args.validation, prompt)
+    start = training_start(args, seed, ranks.strategy)
+    protocol = validation_protocol(start.validation, args.validation, start.compute.bf16_autocast, prompt)
     history = RunHistory(
         args.live,
         args.logs,
@@ -192,11 +194,11 @@ def check_plans(params: str, model_dir: str, dtype: str) -> int | None:
     plan.check_free_disk("models", plan.stage_disk_need(arch, dtype))
     if torch.cuda.is_available():
         gpu_gb = torch.cuda.get_device_properties(0).total_memory / plan.GB
-        lines, fits = plan.report(params, gpu_gb, model_dir)
+        lines, fits, tokens = plan.report(params, gpu_gb, model_dir)
         print("\n".join(lines))
         if not fits:
             raise SystemExit("error: the memory plan does not fit (above). Nothing was run.")
-        return plan.planned_tokens(params, gpu_gb, model_dir)
+        return tokens
     return None
 
 
@@ -230,15 +232,16 @@ class Validator:
             self.pool,
             progress=True,
             prompt=self.prompt,
+            cut=self.start.compute.cut,
         )
 
 
-def validation_protocol(cfg: EvalConfig, validation_path: str, prompt: str | None = None) -> str:
+def validation_protocol(cfg: EvalConfig, validation_path: str, bf16_autocast: bool, prompt: str | None = None) -> str:
     """Hash of what a full validation depends on besides the weights: settings, prompt, the questions' content (not
-    the file's bytes: two writes of the same questions may differ in metadata) and the autocast in force (a record
-    measured under another precision is measured again, not paired with this one)."""
+    the file's bytes: two writes of the same questions may differ in metadata) and the stage's `bf16_autocast` (a
+    record measured under another precision is measured again, not paired with this one)."""
     questions = content_hash(entry.rows(validation_path, list(QUESTION_COLUMNS)), list(QUESTION_COLUMNS))
-    numerics = autocast.in_force()["bf16_autocast"]
+    numerics = bf16_autocast
     return fingerprint(
         {
             "validation": cfg,

@@ -1,0 +1,45 @@
+"""What a stage resolves once about how its model computes, as one frozen record built at the stage's start and passed
+through the loops (`train_sft`, `train_grpo`, `ei_round`), their optimizer steps and `get_response_log_probs`; no
+module holds it.
+
+- `cut`: how an optimizer step is cut into micro-batches and computed (a5core/model/microbatch.py).
+- `autocast`: bf16 autocast for float32 weights, as resolved on this machine (a5core/model/autocast.py).
+- `weight_update`: how AdamW writes into bf16 weights (a5core/model/optim.py).
+Library use without a record gets `Compute()`: the handout's split, float32, torch's AdamW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from a5core.config.sections import ModelConfig
+from a5core.model.autocast import Autocast, resolved
+from a5core.model.microbatch import Cut
+from a5core.model.optim import WeightUpdate
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A stage's compute settings (`of`); the default is the handout's path in float32."""
+
+    cut: Cut = Cut()  # micro-batches, chunked LM head, packing, prompt grouping, checkpointing
+    autocast: Autocast = Autocast()  # bf16 autocast for float32 weights, resolved for this machine
+    weight_update: WeightUpdate = "nearest"  # AdamW's write into bf16 weights
+
+    @property
+    def bf16_autocast(self) -> bool:
+        return self.autocast.bf16_autocast
+
+    @classmethod
+    def of(
+        cls, model: ModelConfig, device: torch.device | str, planned_tokens: int | None = None, quiet: bool = False
+    ) -> Compute:
+        """The `model` section resolved on `device` (the autocast line printed unless `quiet`); `planned_tokens`: the
+        memory plan's micro-batch, what `micro_batch_tokens: auto` means on CUDA."""
+        return cls(
+            Cut.of(model, planned_tokens),
+            resolved(model.autocast, device, weights=model.dtype, quiet=quiet),
+            model.weight_update,
+        )
