@@ -79,7 +79,7 @@ def main() -> None:
         "stale": stale_check(backend, start),
         "saved": None if saved is None else {n: t.detach().clone() for n, t in saved.state_dict().items()},
         "saved_device": None if saved is None else str(next(saved.parameters()).device),
-        "whole_copy": vars(policy)["a5_full"] is not None,
+        "whole_copy": vars(policy).get("a5_full") is not None,
         "moments": {k: v["exp_avg"].clone() for k, v in moments.items()},
     }
     torch.save(out, f"{args.out}.rank{out['rank']}")
