@@ -226,6 +226,8 @@ def main() -> None:
     if args.cross_only:
         return torch.save(out, args.out) if distributed.is_main() else None
     for loss_type, norm in itertools.product(sorted(PG_LOSSES), sorted(LENGTH_NORMALIZERS)):
+        if loss_type == "gspo" and norm != "masked_mean":  # GSPO's objective is a per-sequence mean (refused)
+            continue
         out[f"grpo/{loss_type}/{norm}"] = grpo_case(model, tok, how, loss_type, norm, k=3, adam=False)
     out["grpo/one_micro_batch"] = grpo_case(model, tok, how, "grpo_clip", "token_mean", k=1, adam=False)
     out["grpo/adamw"] = grpo_case(model, tok, how, "grpo_clip", "token_mean", k=2, adam=True)

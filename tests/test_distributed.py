@@ -48,6 +48,7 @@ STEP_CASES = [
         for loss in ("grpo_clip", "grpo_no_clip", "no_baseline", "reinforce_with_baseline")
         for norm in ("masked_mean", "masked_normalize", "token_mean")
     ),  # fmt: skip
+    "grpo/gspo/masked_mean",  # the sequence-level ratio: each rank's rows whole, as on one process
     "grpo/one_micro_batch",  # one micro-batch for two ranks: rank 1 contributes zeros (ddp) or a weight-0 repeat
     "grpo/adamw",
     "sft/token_mean",  # 3 micro-batches over 2 ranks

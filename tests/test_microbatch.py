@@ -290,9 +290,15 @@ def test_sft_refuses_a_budget_below_its_longest_example(tiny):
         _sft_update(model, tok, SFTConfig(batch_size=6, micro_batch_size=6), micro_batch_tokens=10)
 
 
-def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny):
-    """Clip-higher, overlong masking, the entropy bonus (its graph through the chunked head), KL to a reference and
-    truncated importance sampling, all on: the update does not depend on the split, packing or chunking either."""
+OPTIONS = dict(loss_type="grpo_clip", cliprange_high=0.28, length_normalization="token_mean")
+ESTIMATORS = dict(loss_type="gspo", clip_ratio_c=3.0, kl_estimator="k2", length_normalization="masked_mean")
+
+
+@pytest.mark.parametrize("variant", [OPTIONS, ESTIMATORS], ids=["options", "gspo_dual_clip_k2"])
+def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny, variant):
+    """Clip-higher (or GSPO with dual-clip), overlong masking, the entropy bonus (its graph through the chunked head),
+    KL to a reference and truncated importance sampling, all on: the update does not depend on the split, packing or
+    chunking either."""
     model, tok = tiny
     batch = _rollouts(tok)
     g = torch.Generator().manual_seed(1)
@@ -301,13 +307,11 @@ def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny):
     batch.rollout_log_probs = [-3.0 + 0.3 * torch.randn(len(o), generator=g) for o in batch.output_ids]
     batch.keep = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     base = dict(
-        loss_type="grpo_clip",
-        cliprange_high=0.28,
+        **variant,
         mask_truncated=True,
         entropy_coef=0.01,
         kl_coef=0.1,
         tis_cap=2.0,
-        length_normalization="token_mean",
         rollout_batch_size=8,
         group_size=4,
         train_batch_size=8,

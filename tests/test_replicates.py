@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from a5core.base.stats import bootstrap_mean, paired_test
+from a5core.base.stats import N_BOOTSTRAP, bootstrap_mean, paired_test
 from a5core.config.sections import ConfigError
 from a5core.report.replicates import (
     ReplicatesConfig,
@@ -18,8 +18,8 @@ from a5core.report.replicates import (
 QUESTIONS = [f"q{i}" for i in range(40)]
 
 
-def scores(correct: set[int]) -> dict[str, float]:
-    return {q: float(i in correct) for i, q in enumerate(QUESTIONS)}
+def scores(correct: set[int], n: int = 40) -> dict[str, float]:
+    return {f"q{i}": float(i in correct) for i in range(n)}
 
 
 def test_one_seed_is_the_question_bootstrap():
@@ -47,7 +47,8 @@ def test_the_hierarchical_test_reduces_to_the_paired_one_and_sees_seed_noise():
     a, b = scores(set(range(30))), scores(set(range(10)))
     delta, lo, hi, p = hierarchical_test([a], [b])
     d2, lo2, hi2, p2 = paired_test(a, b)
-    assert delta == d2 == 0.5 and abs(lo - lo2) < 0.05 and abs(hi - hi2) < 0.05 and p == p2 == 0.0
+    assert delta == d2 == 0.5 and abs(lo - lo2) < 0.05 and abs(hi - hi2) < 0.05
+    assert p == p2 == 2 / (N_BOOTSTRAP + 1)  # no draw on the far side: (0 + 1) / (n + 1), twice, never 0
     assert hierarchical_test([a], [a])[3] == 1.0  # nothing differs
     # the same mean difference, but one of the run's two seeds learned nothing: no longer resolved
     delta, lo, hi, p = hierarchical_test([scores(set(range(30))), b], [b, b])
@@ -150,3 +151,12 @@ def test_the_hierarchical_test_pairs_the_runs_question_by_question():
     run = {q: float(i < 110) for i, q in enumerate(many)}
     delta, lo, hi, p = hierarchical_test([run], [reference])
     assert delta == pytest.approx(0.05) and 0.0 < lo and hi < 0.09 and p < 0.01
+
+
+def test_the_hierarchical_test_pairs_the_arms_by_question():
+    """A run right on the reference's 50 questions and 10 more: every paired difference is >= 0, so the interval
+    excludes 0 and no draw falls at or below it. Drawing each arm's questions apart (unpaired) would add both arms'
+    question variance (sd ~0.07 against a difference of 0.1; p ~0.15)."""
+    run, ref = scores(set(range(60)), 100), scores(set(range(50)), 100)
+    delta, lo, hi, p = hierarchical_test([run], [ref])
+    assert delta == pytest.approx(0.1) and lo > 0 and p < 0.01

@@ -114,7 +114,7 @@ def test_a_fifth_loss_touches_only_losses_py(tiny, tmp_path, monkeypatch):
     model, tok = tiny
     used = []
 
-    def sign_only(lp, raw_rewards, advantages, old_log_probs, cliprange):
+    def sign_only(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
         used.append(lp.shape)
         return -torch.sign(advantages) * lp, {}
 

@@ -66,6 +66,7 @@ def test_clip_bounds_is_the_handouts_float_unless_cliprange_high_is_set():
         ("k1", math.log(2), 1.0),  # log(pi/ref), d/dlp = 1
         ("k2", 0.5 * math.log(2) ** 2, math.log(2)),  # (log r)^2 / 2, d/dlp = log r
         ("k3", 0.5 - 1 + math.log(2), 0.5),  # ref/pi - 1 + log(pi/ref), d/dlp = 1 - ref/pi
+        ("k3+", 0.5 - 1 + math.log(2), math.log(2)),  # k3's value, k2's gradient (verl's straight-through k3+)
     ],
 )
 def test_kl_estimators_and_their_gradients(estimator, value, grad):
@@ -80,7 +81,7 @@ def test_kl_estimators_and_their_gradients(estimator, value, grad):
 
 def test_kl_estimators_are_zero_on_policy():
     lp = torch.tensor([[-1.0, -2.0]])
-    for estimator in ("k1", "k2", "k3"):
+    for estimator in ("k1", "k2", "k3", "k3+"):
         assert torch.equal(kl_penalty(lp, lp.clone(), estimator), torch.zeros(1, 2))
 
 
@@ -169,6 +170,10 @@ ALL_ON = dict(
     entropy_coef=0.01,
     kl_coef=0.1,
 )
+# the estimators of issue 44 together: GSPO with dual-clip, RLOO's advantages, KL as a reward penalty
+NEW_ON = dict(
+    loss_type="gspo", train_batch_size=4, clip_ratio_c=3.0, advantage_estimator="rloo", kl_coef=0.1, kl_in_reward=True
+)
 
 
 def test_grpo_with_every_option_on_trains_and_logs(tiny, tmp_path):
@@ -188,10 +193,11 @@ def test_defaults_log_the_truncation_rate_and_no_option_metrics(tiny, tmp_path):
     assert row["rollout/truncation_rate"] == 0.0 and "train/kl" not in row
 
 
-def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path):
+@pytest.mark.parametrize("options", [ALL_ON, NEW_ON], ids=["options", "estimators"])
+def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path, options):
     """The reference is the run's start policy, also after a resume (it is copied before the restore)."""
     model, tok = tiny
-    cfg = grpo_cfg(n_grpo_steps=3, **ALL_ON)
+    cfg = grpo_cfg(n_grpo_steps=3, **options)
 
     def run(name, kill_at):
         policy, ckpt = copy.deepcopy(model), checkpointer(tmp_path, name)
@@ -199,7 +205,8 @@ def test_grpo_resumes_bit_identically_with_the_options_on(tiny, tmp_path):
 
     out = straight_killed_resumed(run, 3)
     (straight, history_straight), (resumed, history) = out.straight, out.resumed
-    assert [r["train/kl"] for r in history.rows["train"]] == [r["train/kl"] for r in history_straight.rows["train"]]
+    kl = "rollout/kl" if cfg.kl_in_reward else "train/kl"
+    assert [r[kl] for r in history.rows["train"]] == [r[kl] for r in history_straight.rows["train"]]
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
 

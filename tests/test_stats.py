@@ -155,3 +155,19 @@ def test_at_k_scores_vote_on_normalized_answers():
     metrics, _, _ = summarize(samples, 3)
     assert metrics["eval/maj@3"] == 0.5 and (metrics["eval/maj@3_lo"], metrics["eval/maj@3_hi"]) == (0.0, 1.0)
     assert not any("@" in k for k in summarize(samples, 1)[0])  # one sample: avg@1 alone, nothing added
+
+
+def test_maj_at_k_votes_over_the_answers_the_grader_judged_equal():
+    """Issue 44's example: [0.5, 3, 1/2, 3, \\frac{1}{2}] against 1/2. The grader marks 3 of 5 correct; as strings
+    "3" would win 2 to 1, but the three correct answers are one class judged equal to the ground truth: maj@5 = 1."""
+    from a5core.base.records import GradedSample
+    from a5core.run.evaluation import at_k_scores
+
+    answers = ["0.5", "3", "1/2", "3", "\\frac{1}{2}"]
+    samples = [
+        GradedSample("q", j, "p", "r", "1/2", a, "x", 1.0, float(a != "3"), float(a != "3"), 8, "stop", "s", "l")
+        for j, a in enumerate(answers)
+    ]
+    assert at_k_scores(samples, 5)["maj@5"] == {"q": 1.0}
+    wrong_split = [*samples[1:2], *samples[3:4], *samples[:1]]  # "3", "3", "0.5": the two 3s win
+    assert at_k_scores(wrong_split, 3)["maj@3"] == {"q": 0.0}

@@ -88,15 +88,22 @@ def paired_test(
 ) -> tuple[float, float, float, float]:
     """(mean difference, 95% lo, 95% hi, two-sided p) of after - before over the questions both measured.
 
-    The interval is `paired_difference`'s; p is the bootstrap's: twice the share of resampled means on the far side
-    of zero from the observed one (at most 1; 1 when every difference is 0), resolution 1 / n_boot."""
+    The interval is `paired_difference`'s; p is the bootstrap's: twice (far + 1) / (n_boot + 1), far the resampled
+    means on the far side of zero from the observed one (Davison & Hinkley, 1997, eq. 4.11: never 0, so Holm's
+    adjustment keeps its meaning; at most 1; 1 when every difference is 0)."""
     delta, lo, hi = paired_difference(after, before, seed)
     diffs = [after[uid] - before[uid] for uid in after if uid in before]
     if all(d == 0 for d in diffs):
         return delta, lo, hi, 1.0
     means = _resampled_means(diffs, seed, n_boot)
     far = sum(m <= 0 for m in means) if delta > 0 else sum(m >= 0 for m in means)
-    return delta, lo, hi, min(1.0, 2 * far / n_boot)
+    return delta, lo, hi, bootstrap_p(far, n_boot)
+
+
+def bootstrap_p(far: int, n_boot: int) -> float:
+    """Two-sided bootstrap p from `far` of `n_boot` draws on the far side of zero: 2 (far + 1) / (n_boot + 1), at
+    most 1 (the +1s count the observed sample among the draws; a p of 0 would claim more than n_boot draws show)."""
+    return min(1.0, 2 * (far + 1) / (n_boot + 1))
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from a5core.base.stats import N_BOOTSTRAP
+from a5core.base.stats import N_BOOTSTRAP, bootstrap_p
 from a5core.config.sections import ReplicatesConfig
 
 # the summary's method -> the family's stage, folder and runs section
@@ -78,7 +78,7 @@ def hierarchical_test(
     replicates: each draw takes seeds with replacement for each run apart (their seeds are not paired) and one draw
     of the questions for both (paired by question, as a5core.base.stats.paired_test). With one seed each it is the
     paired question bootstrap. p: twice the share of draws on the far side of zero (at most 1; 1 when nothing
-    differs)."""
+    differs); as `bootstrap_p`."""
     m = score_matrix([*run, *reference])  # (Sa + Sb, Q) on the questions all of them measured
     a, b = m[: len(run)], m[len(run) :]  # (Sa, Q), (Sb, Q)
     delta = float(a.mean() - b.mean())
@@ -89,7 +89,7 @@ def hierarchical_test(
     if not diffs.any():
         return delta, lo, hi, 1.0
     far = int(np.sum(diffs <= 0)) if delta > 0 else int(np.sum(diffs >= 0))
-    return delta, lo, hi, min(1.0, 2 * far / n_boot)
+    return delta, lo, hi, bootstrap_p(far, n_boot)
 
 
 def replicate_scores(

@@ -1,4 +1,6 @@
-"""Group-normalized rewards and advantages (GRPO; Shao et al., 2024, DeepSeekMath)."""
+"""Advantages from outcome rewards: GRPO's group normalization (Shao et al., 2024, DeepSeekMath) and the estimators
+`grpo.advantage_estimator` selects from `ADVANTAGE_ESTIMATORS` (one small function each, checked against verl's
+verl/trainer/ppo/core_algos.py). Shapes: N = rollouts, groups of `group_size` consecutive rollouts."""
 
 from __future__ import annotations
 
@@ -27,6 +29,60 @@ def group_normalize(
         centered = centered / (std + advantage_eps)  # (G, n)
     all_equal = (grouped.max(dim=1).values == grouped.min(dim=1).values).float()  # (G,)
     return centered.flatten(), {"frac_groups_all_equal": float(all_equal.mean())}  # (N,)
+
+
+def rloo(raw: Tensor, group_size: int, lengths: Tensor, cfg) -> tuple[Tensor, dict[str, float]]:
+    """RLOO's leave-one-out baseline (Ahmadian et al., 2024, arXiv:2402.14740): A_i = r_i - mean of the group's
+    other rewards = n / (n - 1) * (r_i - group mean); no std. As verl's compute_rloo_outcome_advantage."""
+    grouped = raw.view(-1, group_size).float()  # (G, n)
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)) * group_size / (group_size - 1)  # (G, n)
+    return adv.flatten(), _all_equal(grouped)  # (N,)
+
+
+def _whiten_tokens(values: Tensor, lengths: Tensor) -> Tensor:
+    """(values - mean) / sqrt(var + 1e-8) over the batch's response tokens: each rollout's value counts once per
+    token (verl's masked_whiten over a (N, T) tensor holding each rollout's value at its tokens; unbiased var)."""
+    w = lengths.float()  # (N,)
+    n = w.sum()
+    mean = (values * w).sum() / n
+    var = ((values - mean) ** 2 * w).sum() / n * n / (n - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + 1e-8)  # (N,)
+
+
+def reinforce_pp(raw: Tensor, group_size: int, lengths: Tensor, cfg) -> tuple[Tensor, dict[str, float]]:
+    """REINFORCE++ (Hu, 2025, arXiv:2501.03262) for an outcome reward with gamma = 1: every response token's return
+    is the reward, whitened over the batch's tokens (no group baseline). As verl's
+    compute_reinforce_plus_plus_outcome_advantage."""
+    grouped = raw.view(-1, group_size).float()  # (G, n)
+    return _whiten_tokens(raw.float(), lengths), _all_equal(grouped)  # (N,)
+
+
+def reinforce_pp_baseline(raw: Tensor, group_size: int, lengths: Tensor, cfg) -> tuple[Tensor, dict[str, float]]:
+    """REINFORCE++-baseline (Hu, 2025): the group mean subtracted, then whitened over the batch's tokens. As verl's
+    compute_reinforce_plus_plus_baseline_outcome_advantage."""
+    grouped = raw.view(-1, group_size).float()  # (G, n)
+    centered = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()  # (N,)
+    return _whiten_tokens(centered, lengths), _all_equal(grouped)  # (N,)
+
+
+def grpo(raw: Tensor, group_size: int, lengths: Tensor, cfg) -> tuple[Tensor, dict[str, float]]:
+    """The handout's group normalization (`group_normalize`) with the run's eps, std and ddof settings."""
+    return group_normalize(raw, group_size, cfg.advantage_eps, cfg.use_std_normalization, cfg.std_ddof)
+
+
+def _all_equal(grouped: Tensor) -> dict[str, float]:
+    all_equal = (grouped.max(dim=1).values == grouped.min(dim=1).values).float()  # (G,)
+    return {"frac_groups_all_equal": float(all_equal.mean())}
+
+
+# The advantage estimators by name (`grpo.advantage_estimator`): (raw rewards (N,), group_size, response lengths (N,),
+# the GRPO config) -> advantages (N,) and metadata.
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+    "grpo": grpo,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "reinforce_pp_baseline": reinforce_pp_baseline,
+}
 
 
 def compute_group_normalized_rewards(

@@ -29,7 +29,7 @@ from a5core.model import distributed
 from a5core.model.compute import Compute
 from a5core.model.optim import make_optimizer
 from a5core.rl.grpo_config import GRPOConfig
-from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch
+from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
 from a5core.rl.rl_options import dynamic_sample, reference_policy, refill_sampling, truncation_rate
 from a5core.run.checkpoint import Checkpointer
 from a5core.run.evaluation import RunResult, generate_and_grade, log_evaluation
@@ -108,6 +108,12 @@ def rollout(run: Run, step: int) -> Rollouts:
         batch.old_log_probs = old_log_probs_for(run.policy, batch, cfg.micro_batch_size, run.device, run.compute)
     if run.ref is not None:  # the reference's log-probs: once per rollout batch, no graph, like the old ones
         batch.ref_log_probs = old_log_probs_for(run.ref, batch, cfg.micro_batch_size, run.device, run.compute)
+    if cfg.kl_in_reward:  # the rollout policy's log-probs: the old ones, or computed for this alone (on-policy)
+        behaviour = batch.old_log_probs or old_log_probs_for(
+            run.policy, batch, cfg.micro_batch_size, run.device, run.compute
+        )
+        batch, kl_stats = with_kl_in_reward(batch, behaviour, cfg)
+        ds_stats = {**ds_stats, **kl_stats}
     timing = {"perf/sync_s": t1 - t0, "perf/rollout_s": t2 - t1, "perf/old_log_probs_s": time.monotonic() - t2}
     return Rollouts(batch, {**rollout_stats(samples, meta), **ds_stats}, timing)
 

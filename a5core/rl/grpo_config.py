@@ -19,6 +19,7 @@ from a5core.config.sections import (
     SamplingFields,
     init_policy_problem,
 )
+from a5core.rl.advantages import ADVANTAGE_ESTIMATORS
 from a5core.rl.losses import LENGTH_NORMALIZERS, OFF_POLICY_LOSSES, PG_LOSSES, LengthNorm
 from a5core.rl.rl_options import RLOptions
 from a5core.rl.train_reward import reward_problems, training_reward
@@ -32,6 +33,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     init_policy: str = "sft_filtered"  # model folder under models/ to start from (base = the fetched model)
     n_grpo_steps: Positive = 200  # rollout/optimization steps
     lr: PositiveFloat = 1e-5  # AdamW learning rate
+    advantage_estimator: str = "grpo"  # a name in advantages.ADVANTAGE_ESTIMATORS: grpo, rloo, reinforce_pp(_baseline)
     advantage_eps: NonNegativeFloat = 1e-6  # added to the group std
     rollout_batch_size: Positive = 256  # rollouts per step
     group_size: Annotated[int, Bound(lo=2)] = 8  # rollouts per question (a group of one has no baseline)
@@ -57,6 +59,19 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
         """The handout's consistency rules, and names that must exist."""
         rules = [
             (self.loss_type in PG_LOSSES, f"loss_type {self.loss_type!r} is not one of {sorted(PG_LOSSES)}"),
+            (
+                self.advantage_estimator in ADVANTAGE_ESTIMATORS,
+                f"advantage_estimator {self.advantage_estimator!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}",
+            ),
+            (
+                self.loss_type != "gspo" or self.length_normalization == "masked_mean",
+                "gspo's objective is a mean over sequences of their token means: length_normalization masked_mean",
+            ),
+            (
+                self.temperature == 1.0 and self.top_p == 1.0,
+                "GRPO's loss and TIS use the policy's log-probs at temperature 1 over the whole vocabulary: sample "
+                f"with temperature 1.0 and top_p 1.0 (got {self.temperature}, {self.top_p})",
+            ),
             (
                 self.length_normalization in LENGTH_NORMALIZERS,
                 f"length_normalization must be one of {sorted(LENGTH_NORMALIZERS)}",

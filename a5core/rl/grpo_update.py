@@ -21,10 +21,10 @@ from a5core.model.autocast import autocast_context
 from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import pad_token_id, tokenize_ids
-from a5core.rl.advantages import group_normalize
+from a5core.rl.advantages import ADVANTAGE_ESTIMATORS
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import grpo_microbatch_train_step, normalizer_units
-from a5core.rl.rl_options import engine_log_probs, loss_terms, overlong_penalty, truncation_keep
+from a5core.rl.rl_options import engine_log_probs, kl_reward_penalty, loss_terms, overlong_penalty, truncation_keep
 
 
 def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict:
@@ -40,7 +40,6 @@ def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tu
     if cfg.overlong_buffer:  # DAPO's soft overlong punishment, part of the reward the advantages see
         lengths = torch.tensor([s.output_tokens for s in samples])  # (N,)
         raw = raw + overlong_penalty(lengths, cfg.max_tokens, cfg.overlong_buffer, cfg.overlong_penalty)  # (N,)
-    adv, meta = group_normalize(raw, cfg.group_size, cfg.advantage_eps, cfg.use_std_normalization, cfg.std_ddof)  # (N,)
     pad = pad_token_id(tokenizer)
     prompts = [tokenizer(s.prompt, add_special_tokens=False)["input_ids"] for s in samples]
     outputs = [
@@ -48,7 +47,27 @@ def rollout_batch(tokenizer, samples: list[GradedSample], cfg: GRPOConfig) -> tu
     ]
     keep = truncation_keep([s.finish_reason for s in samples]) if cfg.mask_truncated else None  # (N,)
     engine = engine_log_probs(samples) if cfg.tis_cap else None
+    adv, meta = advantages(raw, outputs, cfg)  # (N,)
     return RolloutBatch(prompts, outputs, raw, adv, pad, keep=keep, rollout_log_probs=engine), meta
+
+
+def advantages(raw: torch.Tensor, outputs: list[list[int]], cfg: GRPOConfig) -> tuple[torch.Tensor, dict]:
+    """The run's advantage estimator (`grpo.advantage_estimator`, a5core/rl/advantages.py) on rewards `raw` (N,)."""
+    lengths = torch.tensor([len(o) for o in outputs])  # (N,) response tokens
+    return ADVANTAGE_ESTIMATORS[cfg.advantage_estimator](raw, cfg.group_size, lengths, cfg)  # (N,), metadata
+
+
+def with_kl_in_reward(
+    batch: RolloutBatch, rollout_log_probs: list[torch.Tensor], cfg: GRPOConfig
+) -> tuple[RolloutBatch, dict]:
+    """`grpo.kl_in_reward`: beta * each response's summed k1 under the rollout policy subtracted from its reward, then
+    the advantages estimated again (verl's apply_kl_penalty before compute_advantage). Returns the batch and its
+    `rollout/kl` (the mean summed k1 per response)."""
+    prompts, outputs = [len(p) for p in batch.prompt_ids], [len(o) for o in batch.output_ids]
+    kl = kl_reward_penalty(rollout_log_probs, batch.ref_log_probs, prompts, outputs)  # (N,)
+    batch.raw_rewards = batch.raw_rewards - cfg.kl_coef * kl  # (N,)
+    batch.advantages, _ = advantages(batch.raw_rewards, batch.output_ids, cfg)  # (N,)
+    return batch, {"rollout/kl": float(kl.mean())}
 
 
 def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int, cut: microbatch.Cut) -> list[list[int]]:
@@ -144,7 +163,11 @@ def optimizer_step(
     update is the same for any split into micro-batches (the handout's, or a token budget) and over ranks, whose
     gradients are summed (a5core.model.distributed)."""
     token_mean = cfg.length_normalization == "token_mean"
-    step_units = sum(len(rollouts.output_ids[i]) for i in idx) if token_mean else len(idx)
+    # mask_truncated drops truncated rollouts from the step's count as from its loss (DAPO; trl#6439): each
+    # micro-batch's share cancels its own normalizer, so the step's loss is over the kept rollouts' units alone
+    kept = [i for i in idx if rollouts.keep is None or not cfg.mask_truncated or rollouts.keep[i] > 0]
+    step_units = sum(len(rollouts.output_ids[i]) for i in kept) if token_mean else len(kept)
+    step_units = max(step_units, 1)  # every rollout truncated: a zero update, not 0 / 0
     t0 = time.monotonic()
     sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
     groups = _micro_batches(rollouts, idx, cfg.micro_batch_size, compute.cut)

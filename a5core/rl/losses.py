@@ -57,21 +57,57 @@ def compute_naive_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy
     return -raw_rewards_or_advantages.detach() * policy_log_probs  # (B, T)
 
 
+def _clip_bounds(cliprange: float | tuple) -> tuple[float, float, float | None]:
+    """(eps_low, eps_high, dual-clip c or None) from the handout's float, (eps_low, eps_high) or (low, high, c)."""
+    if not isinstance(cliprange, tuple):
+        return cliprange, cliprange, None
+    return (cliprange[0], cliprange[1], cliprange[2] if len(cliprange) > 2 else None)
+
+
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, cliprange: float | tuple) -> tuple[Tensor, dict[str, Tensor]]:
+    """-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A); with dual-clip c, for A < 0 the loss is min(that, -c*A)
+    (verl's compute_policy_loss_vanilla: pg_losses3 = -A * c, taken where A < 0). `ratio` (B, T) carries the
+    gradient; `adv` (B, 1) is a constant."""
+    low, high, c = _clip_bounds(cliprange)
+    unclipped = ratio * adv  # (B, T)
+    clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high) * adv  # (B, T)
+    loss = -torch.minimum(unclipped, clipped)  # (B, T)
+    meta = {"clipped": clipped < unclipped, "ratio": ratio.detach()}  # (B, T) each
+    if c is not None:  # dual-clip: for A < 0 the loss is bounded by -c * A (a constant: no gradient there)
+        bound = (-c * adv).expand_as(loss)  # (B, T)
+        dual = (adv < 0) & (loss > bound)  # (B, T)
+        loss = torch.where(dual, bound, loss)  # (B, T)
+        meta["clipped"] = meta["clipped"] | dual
+        meta["dual_clipped"] = dual
+    return loss, meta
+
+
 def compute_grpo_clip_loss(
-    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float | tuple[float, float]
+    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float | tuple
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO/GRPO clipped surrogate -min(rho*A, clip(rho, 1-eps, 1+eps)*A) (Schulman et al., 2017; Shao et al., 2024).
 
     `cliprange=(eps_low, eps_high)` clips to [1 - eps_low, 1 + eps_high] (clip-higher, DAPO; Yu et al., 2025): a
     larger eps_high lets unlikely tokens with positive advantage gain more probability, against entropy collapse.
+    `(eps_low, eps_high, c)`: dual-clip as well (Ye et al., 2020; verl's clip_ratio_c), see `_clipped_surrogate`.
     """
-    low, high = cliprange if isinstance(cliprange, tuple) else (cliprange, cliprange)
-    adv = advantages.detach()  # (B, 1)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())  # (B, T)
-    unclipped = ratio * adv  # (B, T)
-    clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high) * adv  # (B, T)
-    loss = -torch.minimum(unclipped, clipped)  # (B, T)
-    return loss, {"clipped": clipped < unclipped, "ratio": ratio.detach()}  # (B, T) each
+    return _clipped_surrogate(ratio, advantages.detach(), cliprange)  # (B, T), metadata
+
+
+def compute_gspo_loss(
+    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float | tuple, response_mask: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO (Zheng et al., 2025, arXiv:2507.18071): the clipped surrogate on the sequence-level ratio
+    s_i = exp(mean over response tokens of (log pi - log pi_old)), as s_i,t = sg[s_i] * pi / sg[pi] per token so each
+    token's gradient is s_i * grad log pi / |y_i| under a per-sequence mean (length_normalization masked_mean).
+    Checked against verl's compute_policy_loss_gspo (the log-ratio clamped at 10 there too) and TRL's
+    `importance_sampling_level="sequence"`. Clipping (and clip-higher, dual-clip) applies to s_i."""
+    mask = response_mask.to(policy_log_probs.dtype)  # (B, T)
+    log_ratio = (policy_log_probs - old_log_probs.detach()) * mask  # (B, T)
+    seq = log_ratio.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)  # (B, 1)
+    log_s = (policy_log_probs - policy_log_probs.detach() + seq.detach()).clamp(max=10.0)  # (B, T)
+    return _clipped_surrogate(torch.exp(log_s), advantages.detach(), cliprange)  # (B, T), metadata
 
 
 def compute_grpo_no_clip_loss(
@@ -88,40 +124,51 @@ def _require(name: str, value, loss_type: str):
     return value
 
 
-def _no_baseline(lp, raw_rewards, advantages, old_log_probs, cliprange):
+def _no_baseline(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
     return compute_naive_policy_gradient_loss(_require("raw_rewards", raw_rewards, "no_baseline"), lp), {}
 
 
-def _reinforce_with_baseline(lp, raw_rewards, advantages, old_log_probs, cliprange):
+def _reinforce_with_baseline(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
     adv = _require("advantages", advantages, "reinforce_with_baseline")
     return compute_naive_policy_gradient_loss(adv, lp), {}
 
 
-def _grpo_clip(lp, raw_rewards, advantages, old_log_probs, cliprange):
+def _grpo_clip(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
     adv = _require("advantages", advantages, "grpo_clip")
     old = _require("old_log_probs", old_log_probs, "grpo_clip")
     return compute_grpo_clip_loss(adv, lp, old, _require("cliprange", cliprange, "grpo_clip"))
 
 
-def _grpo_no_clip(lp, raw_rewards, advantages, old_log_probs, cliprange):
+def _grpo_no_clip(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
     adv = _require("advantages", advantages, "grpo_no_clip")
     return compute_grpo_no_clip_loss(adv, lp, _require("old_log_probs", old_log_probs, "grpo_no_clip"))
 
 
-ClipRange = float | tuple[float, float]
-PGLossFn = Callable[[Tensor, Tensor | None, Tensor | None, Tensor | None, ClipRange | None], tuple[Tensor, dict]]
+def _gspo(lp, raw_rewards, advantages, old_log_probs, cliprange, mask):
+    adv = _require("advantages", advantages, "gspo")
+    old = _require("old_log_probs", old_log_probs, "gspo")
+    return compute_gspo_loss(
+        adv, lp, old, _require("cliprange", cliprange, "gspo"), _require("response_mask", mask, "gspo")
+    )
 
-# The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange) -> per-token
-# loss (B, T) and metadata; `cliprange` is a float, or (eps_low, eps_high) when `grpo.cliprange_high` is set. This
-# table is the one list of loss names: `GRPOConfig.loss_type` is checked against it, and a loss in OFF_POLICY_LOSSES
-# (one that needs the rollout policy's log-probs) may train off-policy.
+
+ClipRange = float | tuple
+PGLossFn = Callable[
+    [Tensor, Tensor | None, Tensor | None, Tensor | None, ClipRange | None, Tensor | None], tuple[Tensor, dict]
+]
+
+# The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange, response_mask)
+# -> per-token loss (B, T) and metadata; `cliprange` is a float, or (eps_low, eps_high[, c]) when `grpo.cliprange_high`
+# or `grpo.clip_ratio_c` is set. This table is the one list of loss names: `GRPOConfig.loss_type` is checked against
+# it, and a loss in OFF_POLICY_LOSSES (one that needs the rollout policy's log-probs) may train off-policy.
 PG_LOSSES: dict[str, PGLossFn] = {
     "no_baseline": _no_baseline,
     "reinforce_with_baseline": _reinforce_with_baseline,
     "grpo_clip": _grpo_clip,
     "grpo_no_clip": _grpo_no_clip,
+    "gspo": _gspo,
 }
-OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip"}
+OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip", "gspo"}
 
 
 def register_pg_loss(name: str, fn: PGLossFn, *, off_policy: bool) -> None:
@@ -140,11 +187,13 @@ def compute_policy_gradient_loss(
     advantages: Tensor | None = None,
     old_log_probs: Tensor | None = None,
     cliprange: ClipRange | None = None,
+    response_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token policy-gradient loss (B, T) for `loss_type`, looked up in `PG_LOSSES`."""
+    """Per-token policy-gradient loss (B, T) for `loss_type`, looked up in `PG_LOSSES` (`response_mask`: for losses
+    that reduce over a sequence, GSPO)."""
     if loss_type not in PG_LOSSES:
         raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {sorted(PG_LOSSES)}")
-    return PG_LOSSES[loss_type](policy_log_probs, raw_rewards, advantages, old_log_probs, cliprange)
+    return PG_LOSSES[loss_type](policy_log_probs, raw_rewards, advantages, old_log_probs, cliprange, response_mask)
 
 
 def _norm_masked_mean(per_token: Tensor, mask: Tensor, constant: float | None) -> Tensor:
@@ -204,7 +253,9 @@ def grpo_microbatch_train_step(
     `pg_weight` (B, T): a constant weight per token on the PG loss only (truncated importance sampling);
     `penalty` (B, T): per-token terms added to the PG loss (beta * KL, -coef * entropy; see rl_options);
     `sample_weight` (B, 1): a weight per rollout on its whole per-token loss (0 masks a truncated rollout out; its
-    tokens still count in the normalizer, which keeps every normalizer defined). None (the default) skips each.
+    tokens still count in this micro-batch's normalizer, which keeps every normalizer defined, and the loop's
+    `gradient_accumulation_steps` share, counted over kept rollouts only, cancels it: DAPO's drop from the loss and
+    its count; a5core/rl/grpo_update.py). None (the default) skips each.
     Metadata adds `clip_fraction` (share of response tokens whose clipped side was the smaller; 0 for
     losses without clipping).
     """
@@ -214,7 +265,7 @@ def grpo_microbatch_train_step(
             f"unknown length_normalization {length_normalization!r}; choose one of {sorted(LENGTH_NORMALIZERS)}"
         )
     per_token, meta = compute_policy_gradient_loss(
-        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
+        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange, response_mask
     )  # (B, T)
     if pg_weight is not None:
         per_token = per_token * pg_weight  # (B, T)
@@ -227,6 +278,8 @@ def grpo_microbatch_train_step(
     loss.backward()
     if "clipped" in meta:
         meta["clip_fraction"] = masked_mean(meta["clipped"].float(), response_mask)  # ()
+        if "dual_clipped" in meta:
+            meta["dual_clip_fraction"] = masked_mean(meta["dual_clipped"].float(), response_mask)  # ()
     else:
         meta["clip_fraction"] = torch.zeros(())
     return loss.detach(), meta

@@ -6,9 +6,13 @@ Every option is one field of `RLOptions` (which `GRPOConfig` extends) and one sm
 - `overlong_buffer` / `overlong_penalty`: DAPO's soft overlong punishment, a reward penalty ramping linearly over the
   last `overlong_buffer` tokens before max_tokens.
 - `entropy_coef`: entropy bonus, loss -= coef * H(token), H from the training forward pass itself.
-- `kl_coef` / `kl_estimator`: beta * KL(policy || frozen start policy) per token, with Schulman's k1/k2/k3
-  estimators (http://joschu.net/blog/kl-approx.html); the reference's log-probs are computed once per rollout
-  batch with no graph, exactly like the old log-probs.
+- `kl_coef` / `kl_estimator` / `kl_in_reward`: beta * KL to the frozen start policy, with Schulman's estimators
+  (http://joschu.net/blog/kl-approx.html; `KL_ESTIMATORS`, whose docstrings state each one's expected gradient in
+  the loss), either as a loss term per token or (`kl_in_reward`, verl's `use_kl_in_reward`) as a reward penalty:
+  beta * the response's summed k1 under the rollout policy, subtracted before the advantages. The reference's
+  log-probs are computed once per rollout batch with no graph, exactly like the old log-probs.
+- `clip_ratio_c`: dual-clip PPO (Ye et al., 2020, arXiv:1912.09729; verl's `clip_ratio_c`): for a negative
+  advantage the clipped surrogate is also bounded by -c * A, so a token whose ratio exploded cannot dominate.
 - `tis_cap`: truncated importance sampling against the rollout engine's own log-probs (Yao et al., 2025, "Your
   efficient RL framework secretly brings you off-policy RL training"; TRL's `vllm_importance_sampling_cap`, verl's
   `rollout_is`): the engine (vLLM kernels, bf16) and the trainer disagree slightly on pi, so the PG loss of each
@@ -28,15 +32,16 @@ import copy
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal
 
 import torch
 from torch import Tensor
 
 from a5core.base.seeds import derive_seed
-from a5core.config.sections import NonNegative, NonNegativeFloat, PositiveFloat, Section
+from a5core.config.sections import Bound, NonNegative, NonNegativeFloat, PositiveFloat, Section
 
-KLEstimator = Literal["k1", "k2", "k3"]
+KLEstimator = Literal["k1", "k2", "k3", "k3+"]
+LOG_RATIO_BOUND = 20.0  # |log pi - log ref| clamped before exp (verl); k3 itself to +-10
 
 
 @dataclass(frozen=True)
@@ -48,8 +53,12 @@ class RLOptions(Section):
     overlong_buffer: NonNegative = 0  # tokens before max_tokens where DAPO's soft length penalty ramps (0 = off)
     overlong_penalty: NonNegativeFloat = 1.0  # that penalty at max_tokens, in reward units
     entropy_coef: NonNegativeFloat = 0.0  # entropy bonus coefficient: loss -= coef * token entropy (0 = off)
-    kl_coef: NonNegativeFloat = 0.0  # beta of the per-token KL to the frozen start policy (0 = off, no reference)
-    kl_estimator: KLEstimator = "k3"  # Schulman's estimator of KL(policy || reference): k1, k2 or k3
+    kl_coef: NonNegativeFloat = 0.0  # beta of the KL to the frozen start policy (0 = off, no reference)
+    kl_estimator: KLEstimator = (
+        "k3+"  # KL estimator in the loss: k2, k3 (grad of KL(ref||pi)), k3+ (k3's value, k2's grad)
+    )
+    kl_in_reward: bool = False  # KL as a reward penalty (beta * summed k1 of the rollout policy) instead of a loss term
+    clip_ratio_c: Annotated[float, Bound(lo=1, lo_open=True)] | None = None  # dual-clip bound for A < 0 (verl: 3)
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal and refill the step (DAPO)
     max_refill_rounds: NonNegative = 3  # extra generation rounds per step for dynamic sampling; then fill
     tis_cap: NonNegativeFloat = 0.0  # C of truncated importance sampling vs the engine's log-probs (0 = off; 2 typ.)
@@ -69,40 +78,82 @@ class RLOptions(Section):
                 self.tis_cap == 0 or self.tis_cap >= 1,
                 f"tis_cap must be 0 (off) or >= 1 (a cap below 1 down-weights on-policy tokens), got {self.tis_cap}",
             ),
+            (
+                not self.kl_coef or self.kl_in_reward or self.kl_estimator != "k1",
+                "kl_estimator k1 in the loss has zero expected gradient (E_pi[grad log pi] = 0): use k2 or k3+, or "
+                "kl_in_reward: true (k1 as a reward penalty)",
+            ),
+            (not self.kl_in_reward or self.kl_coef > 0, "kl_in_reward needs kl_coef > 0 (the penalty's beta)"),
+            (
+                self.clip_ratio_c is None or self.needs_old_log_probs,
+                f"clip_ratio_c (dual-clip) bounds a clipped ratio: it needs grpo_clip or gspo, not {self.loss_type!r}",
+            ),
         ]
         return [msg for ok, msg in rules if not ok]
 
     @property
-    def clip_bounds(self) -> float | tuple[float, float]:
-        """What the loss table receives as `cliprange`: the float of the handout, or (eps_low, eps_high)."""
-        return self.cliprange if self.cliprange_high is None else (self.cliprange, self.cliprange_high)
+    def clip_bounds(self) -> float | tuple:
+        """What the loss table receives as `cliprange`: the float of the handout, or (eps_low, eps_high), or with
+        dual-clip (eps_low, eps_high, c)."""
+        if self.cliprange_high is None and self.clip_ratio_c is None:
+            return self.cliprange
+        high = self.cliprange if self.cliprange_high is None else self.cliprange_high
+        return (self.cliprange, high) if self.clip_ratio_c is None else (self.cliprange, high, self.clip_ratio_c)
 
 
 # ---- KL to a reference (Schulman, "Approximating KL Divergence", 2020); samples come from the policy ----
 
 
+# With samples from pi, E[grad k] in the loss is: k1: 0 (E_pi[grad log pi] = 0; refused in the loss, a reward penalty
+# only); k2: grad KL(pi || ref); k3: grad KL(ref || pi) (the other direction: DeepSeekMath's and TRL's convention);
+# k3+: grad KL(pi || ref), k2's, with k3's value (verl's straight-through "k3+"). The log-ratio is clamped to
+# +-LOG_RATIO_BOUND and k3 to [-10, 10] as verl's `kl_penalty` does, so no finite log-prob gives inf or NaN (a
+# zero-padded reference log-prob at a masked position included).
+
+
 def _k1(log_ratio: Tensor) -> Tensor:
-    """k1 = log pi - log ref: unbiased, high variance, can be negative."""
+    """k1 = log pi - log ref: unbiased value, high variance, can be negative; zero expected gradient in a loss."""
     return log_ratio  # (B, T)
 
 
 def _k2(log_ratio: Tensor) -> Tensor:
-    """k2 = (log pi - log ref)^2 / 2: biased, low variance; its gradient is the true KL's in expectation."""
+    """k2 = (log pi - log ref)^2 / 2: biased value, low variance; expected gradient grad KL(pi || ref)."""
     return 0.5 * log_ratio**2  # (B, T)
 
 
 def _k3(log_ratio: Tensor) -> Tensor:
-    """k3 = ref/pi - 1 - log(ref/pi): unbiased, non-negative, low variance (GRPO's KL; Shao et al., 2024)."""
-    return torch.exp(-log_ratio) - 1.0 + log_ratio  # (B, T)
+    """k3 = ref/pi - 1 - log(ref/pi): unbiased value of KL(pi || ref), non-negative, low variance (Shao et al., 2024);
+    its expected gradient is grad KL(ref || pi). Clamped to [-10, 10] (verl's low_var_kl)."""
+    return (torch.exp(-log_ratio) - 1.0 + log_ratio).clamp(-10.0, 10.0)  # (B, T)
 
 
-KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k3": _k3}
+def _k3_plus(log_ratio: Tensor) -> Tensor:
+    """k3's value with k2's gradient (straight-through, verl's "k3+"): logs an unbiased KL(pi || ref) and pulls
+    toward the reference along grad KL(pi || ref), what `kl_coef` promises."""
+    k2 = _k2(log_ratio)  # (B, T)
+    return k2 - k2.detach() + _k3(log_ratio).detach()  # (B, T)
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k3": _k3, "k3+": _k3_plus}
 
 
 def kl_penalty(policy_log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Tensor:
     """Per-token KL estimate (B, T); the gradient flows through the policy's log-probs only."""
-    log_ratio = policy_log_probs - ref_log_probs.detach()  # (B, T)
+    log_ratio = (policy_log_probs - ref_log_probs.detach()).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
     return KL_ESTIMATORS[estimator](log_ratio)  # (B, T)
+
+
+def kl_reward_penalty(
+    rollout_log_probs: list[Tensor], ref_log_probs: list[Tensor], prompt_lengths: list[int], output_lengths: list[int]
+) -> Tensor:
+    """KL in the reward (verl's `use_kl_in_reward` with k1): each rollout's summed k1 over its response tokens under
+    the rollout policy (no gradient), (N,); the loop subtracts beta times it from the reward before the advantages.
+    Rows are log-probs of label positions (padded past the rollout); the response is labels p - 1 .. p + o - 2."""
+    out = []
+    for lp, ref, p, o in zip(rollout_log_probs, ref_log_probs, prompt_lengths, output_lengths):
+        log_ratio = (lp[p - 1 : p - 1 + o] - ref[p - 1 : p - 1 + o]).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (o,)
+        out.append(_k1(log_ratio).sum())
+    return torch.stack(out).detach()  # (N,)
 
 
 # ---- overlong handling (DAPO; Yu et al., 2025) ----
@@ -231,7 +282,7 @@ def loss_terms(
         sums["tis_logprob_gap"] = (train - rollout).abs()  # (B, T)
         sums["tis_capped_frac"] = capped.float()  # (B, T)
     penalty = None
-    if opts.kl_coef:
+    if opts.kl_coef and not opts.kl_in_reward:
         ref = _pad(rollouts.ref_log_probs, idx, width).to(lp.device)  # (B, T)
         kl = kl_penalty(lp, ref, opts.kl_estimator)  # (B, T)
         sums["kl"] = kl.detach()

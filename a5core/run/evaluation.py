@@ -105,8 +105,16 @@ def _counts(samples: list[GradedSample]) -> dict:
     }
 
 
+CORRECT_CLASS = "\x00correct"  # the vote of every answer the grader judged equal to the ground truth
+
+
 def _vote(s: GradedSample) -> str | None:
-    """The sample's answer as the majority vote counts it: the grader's normalized extracted answer, or None."""
+    """The sample's answer as the majority vote counts it: one class for every answer the grader judged equal to the
+    ground truth (`0.5`, `1/2` and `\\frac{1}{2}` for 1/2 are one vote each for the same class, as Qwen2.5-Math's
+    evaluation groups answers by its equivalence check); otherwise the grader's normalized extracted answer, or
+    None. Two wrong answers the grader never compared (`0.5` and `1/2` against 3) stay two classes."""
+    if s.answer_reward == 1:
+        return CORRECT_CLASS
     try:
         return normalize(s.extracted) if s.extracted else None
     except Rejected:
