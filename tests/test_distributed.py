@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from a5core.model.distributed import DistributedConfig
-from a5core.stage.launch import command, params_path
+from a5core.stage.launch import Placement, command, params_path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = "tests/dist_worker.py"
@@ -147,11 +147,12 @@ def test_a_grader_timeout_on_one_rank_does_not_hold_up_the_other(runs):
 def test_the_launcher_runs_one_process_in_place_and_n_under_torchrun():
     script = ["stages/grpo.py", "--run", "x", "--params", "p.yaml"]
     assert command(DistributedConfig(), script) == [sys.executable, *script]
-    multi = command(DistributedConfig(nproc=4, nnodes=2, rdzv_endpoint="node0:29400"), script)
+    node0 = Placement("node0:29400", ("node1",))
+    multi = command(DistributedConfig(nproc=4, nnodes=2), script, node0)
     assert multi[1:3] == ["-m", "torch.distributed.run"] and multi[-len(script) :] == script
     assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-endpoint=node0:29400"} <= set(multi)
     assert params_path(script) == "p.yaml" and params_path(script[:3]) == "params.yaml"
-    other = command(DistributedConfig(nproc=4, nnodes=2, rdzv_endpoint="node0:29400"), [*script[:2], "y"])
+    other = command(DistributedConfig(nproc=4, nnodes=2), [*script[:2], "y"], node0)
     ids = [next(a for a in argv if a.startswith("--rdzv-id=grpo-")) for argv in (multi, other)]
     assert ids[0] != ids[1]  # grpo@x and grpo@y never join each other's rendezvous
 
@@ -175,9 +176,10 @@ def _two_nodes(tmp_path, shell: str) -> subprocess.CompletedProcess:
         s.bind(("", 0))
         port = s.getsockname()[1]
     params = tmp_path / "p.yaml"
-    params.write_text(f"distributed: {{nproc: 1, nnodes: 2, rdzv_endpoint: '{host}:{port}', hosts: [{host}]}}\n")
+    params.write_text("distributed: {nproc: 1, nnodes: 2}\n")
     (tmp_path / "probe.py").write_text(PROBE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "A5_REMOTE_SHELL": shell, "OUT": str(tmp_path)}
+    env |= {"A5_RDZV_ENDPOINT": f"{host}:{port}", "A5_HOSTS": host}  # where: the environment, not the params
     argv = [sys.executable, "-m", "a5core.stage.launch", str(tmp_path / "probe.py"), "--params", str(params)]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -196,12 +198,24 @@ def test_a_node_that_fails_stops_the_others(tmp_path):
     assert proc.returncode == 3 and not list(tmp_path.glob("rank*.json"))
 
 
-def test_the_section_refuses_a_multi_node_run_without_a_reachable_rendezvous():
-    assert DistributedConfig(nnodes=2).problems()
-    assert DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:0").problems()
-    assert DistributedConfig(rdzv_endpoint="nohost").problems()
-    assert not DistributedConfig(nnodes=2, rdzv_endpoint="10.0.0.1:29400").problems()
-    assert DistributedConfig(nnodes=3, rdzv_endpoint="10.0.0.1:29400", hosts=("node1",)).problems()
+def test_the_launch_refuses_a_multi_node_run_without_a_reachable_rendezvous():
+    assert Placement().problems(2) and not Placement().problems(1)
+    assert Placement("10.0.0.1:0").problems(2)
+    assert Placement("nohost").problems(1)
+    assert not Placement("10.0.0.1:29400").problems(2)
+    assert Placement("10.0.0.1:29400", ("node1",)).problems(3)
+    env = {"A5_RDZV_ENDPOINT": "node0:29400", "A5_HOSTS": "node1, node2 node3"}
+    assert Placement.from_env(env) == Placement("node0:29400", ("node1", "node2", "node3"))
+
+
+def test_where_processes_run_is_no_param():
+    """Hosts and the rendezvous endpoint key no cache: a params file that still names them is refused with the
+    environment variable that replaces each (moving a run to other nodes changes no stage's params)."""
+    from a5core.config.sections import ConfigError, from_dict
+
+    for key, env in (("hosts", "A5_HOSTS"), ("rdzv_endpoint", "A5_RDZV_ENDPOINT")):
+        with pytest.raises(ConfigError, match=f"no longer a param.*{env}"):
+            from_dict(DistributedConfig, {"nproc": 1, key: "x"}, "distributed")
 
 
 def test_what_n_ranks_cannot_run_is_refused_before_any_work():
@@ -220,3 +234,19 @@ def test_what_n_ranks_cannot_run_is_refused_before_any_work():
     assert any("one_gpu" in p for p in distributed_problems(engines))
     single = {**engines, "distributed": {"nproc": 1, "nnodes": 1, "strategy": "fsdp2"}, "model": {"lora_rank": 8}}
     assert distributed_problems(single) == []  # one process: today's path, whatever the strategy says
+
+
+def test_threads_follow_the_cpus_the_process_may_use(monkeypatch):
+    """Inside a SLURM or container cgroup the affinity mask, not the machine's core count, sizes torch's threads."""
+    import torch
+
+    from a5core.stage import entry
+
+    monkeypatch.delenv("A5_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    before = torch.get_num_threads()
+    try:
+        entry.setup_torch(0)
+        assert entry.usable_cores() == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

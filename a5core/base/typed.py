@@ -62,6 +62,11 @@ TopP = Annotated[float, Bound(0, 1, lo_open=True)]
 # Keys renamed since earlier releases -> their name now, in any section that has the new one: the old name is refused
 # with a pointer to the new (one name per quantity: the learning rate is `lr` in sft, ei, grpo and every run entry).
 RENAMED = {"learning_rate": "lr"}
+# Keys that left params -> where the value comes from now (refused with that pointer).
+MOVED_OUT = {
+    "hosts": "the environment at launch: A5_HOSTS (docs/scaling-out.md), or SLURM's allocation",
+    "rdzv_endpoint": "the environment at launch: A5_RDZV_ENDPOINT (docs/scaling-out.md), or SLURM's first node",
+}
 
 
 class Section:
@@ -145,6 +150,8 @@ def unknown_key(section: str, key: Any, known: list[str]) -> str:
     """One line for a key a section does not have: what it was renamed to, or the closest known key."""
     if RENAMED.get(key) in known:
         return f"{section}: key {key!r} was renamed to {RENAMED[key]!r}"
+    if key in MOVED_OUT:
+        return f"{section}: key {key!r} is no longer a param (it would key DVC's cache); it comes from {MOVED_OUT[key]}"
     guess = closest(str(key), known)
     hint = f"did you mean {section}.{guess}?" if guess else f"known keys: {', '.join(known)}"
     return f"{section}: unknown key {key!r}; {hint}"

@@ -46,18 +46,8 @@ class DistributedConfig(Section):
     nproc: Positive = 1  # processes per node (torchrun --nproc-per-node): one per GPU; on a CPU, cores are shared out
     nnodes: Positive = 1  # nodes (torchrun --nnodes); node 0 runs `dvc repro`, the others each training stage
     strategy: Literal["ddp", "fsdp2"] = "ddp"  # ddp: a whole replica per rank; fsdp2: weights, grads, AdamW sharded
-    rdzv_endpoint: str = "localhost:0"  # host:port of node 0's rendezvous (torchrun --rdzv-endpoint); port 0: any free
-    hosts: tuple[str, ...] = ()  # nodes 1.. (ssh names): node 0's launcher starts each stage there (stage/launch.py)
-
-    def problems(self) -> list[str]:
-        host, _, port = self.rdzv_endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            return [f"rdzv_endpoint {self.rdzv_endpoint!r} must be host:port"]
-        if self.nnodes > 1 and (int(port) == 0 or host in ("localhost", "127.0.0.1")):
-            return ["nnodes > 1 needs rdzv_endpoint at node 0's address and a fixed port (e.g. node0:29400)"]
-        if self.hosts and len(self.hosts) != self.nnodes - 1:
-            return [f"hosts names the other nodes: {self.nnodes - 1} for nnodes {self.nnodes}, not {len(self.hosts)}"]
-        return []
+    # Where the processes run (hosts, rendezvous endpoint) is no param: it comes from the environment at launch
+    # (a5core/stage/launch.py: A5_HOSTS, A5_RDZV_ENDPOINT), so it keys no cache and a stage resumes on other nodes.
 
 
 @dataclass(frozen=True)

@@ -98,11 +98,16 @@ def _check_model_folder(model: str, params: str) -> None:
         sys.exit(f"error: {problem}. Nothing was run.")
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: a SLURM or container cgroup's cores, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def setup_torch(seed: int = 0, share=lambda cores: cores) -> torch.device:
-    """Seed torch, use every core (A5_THREADS to limit; `share` divides them among a node's processes), and return
-    the training device (cuda:0 when present)."""
+    """Seed torch, use every core this process may run on (A5_THREADS to limit; `share` divides them among a node's
+    processes), and return the training device (cuda:0 when present)."""
     torch.manual_seed(seed)
-    torch.set_num_threads(share(int(os.environ.get("A5_THREADS", os.cpu_count() or 1))))
+    torch.set_num_threads(share(int(os.environ.get("A5_THREADS", usable_cores()))))
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 

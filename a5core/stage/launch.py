@@ -3,12 +3,15 @@
 - One process on one node (`nproc: 1`, `nnodes: 1`): the script replaces this process (os.execv), exactly the
   command without the launcher: today's single-process path.
 - Otherwise torchrun (`python -m torch.distributed.run`): `--nproc-per-node nproc --nnodes nnodes`, c10d rendezvous
-  at `rdzv_endpoint` (port 0 on one node: any free port).
-- Several nodes: node 0 runs `dvc repro`; with `hosts`, its launcher starts the same command on each other node over
+  at the `Placement`'s endpoint (port 0 on one node: any free port).
+- Several nodes: node 0 runs `dvc repro`; with hosts, its launcher starts the same command on each other node over
   `ssh` (DeepSpeed's launcher does the same; $A5_REMOTE_SHELL replaces `ssh -o BatchMode=yes`), in the same directory
   with the same interpreter, so every node must see the repository and the environment at the same paths. The first
-  node to fail stops the others. Without `hosts`, start the stage's command on each other node yourself.
-The section is read from the stage's `--params` file (default params.yaml) and validated first.
+  node to fail stops the others. Without hosts, start the stage's command on each other node yourself.
+What changes results (`nproc`, `nnodes`, `strategy`) is read from the stage's `--params` file (default params.yaml)
+and validated first; where the processes run (`Placement`: A5_HOSTS, A5_RDZV_ENDPOINT) from the environment, so it is
+in no stage's params and no checkpoint's fingerprint: moving to other nodes reruns nothing, and a killed stage
+resumes there.
 """
 
 from __future__ import annotations
@@ -20,14 +23,43 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from a5core.config.sections import load_section
 from a5core.model.distributed import DistributedConfig
 
 
-def command(cfg: DistributedConfig, script: list[str]) -> list[str]:
-    """The argv that runs `script` (a stage script and its arguments) on the section's processes."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a stage's processes run, from the environment at launch (never a params value: it would key DVC's cache).
+
+    A5_RDZV_ENDPOINT: node 0's host:port for torchrun's c10d rendezvous (default localhost:0: one node, any free port).
+    A5_HOSTS: the other nodes (ssh names, separated by spaces or commas), nnodes - 1 of them."""
+
+    rdzv_endpoint: str = "localhost:0"
+    hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Placement:
+        hosts = tuple(h for h in env.get("A5_HOSTS", "").replace(",", " ").split() if h)
+        return cls(env.get("A5_RDZV_ENDPOINT", "localhost:0"), hosts)
+
+    def problems(self, nnodes: int) -> list[str]:
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            return [f"A5_RDZV_ENDPOINT {self.rdzv_endpoint!r} must be host:port"]
+        if nnodes > 1 and (int(port) == 0 or host in ("localhost", "127.0.0.1")):
+            return ["distributed.nnodes > 1 needs A5_RDZV_ENDPOINT at node 0's address and a fixed port (node0:29400)"]
+        if self.hosts and len(self.hosts) != nnodes - 1:
+            return [f"A5_HOSTS names the other nodes: {nnodes - 1} for nnodes {nnodes}, not {len(self.hosts)}"]
+        return []
+
+
+def command(cfg: DistributedConfig, script: list[str], where: Placement = Placement()) -> list[str]:
+    """The argv that runs `script` (a stage script and its arguments) on the section's processes, meeting at
+    `where`'s rendezvous."""
     if cfg.nproc * cfg.nnodes == 1:
         return [sys.executable, *script]
     return [
@@ -37,7 +69,7 @@ def command(cfg: DistributedConfig, script: list[str]) -> list[str]:
         f"--nnodes={cfg.nnodes}",
         f"--nproc-per-node={cfg.nproc}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={cfg.rdzv_endpoint}",
+        f"--rdzv-endpoint={where.rdzv_endpoint}",
         f"--rdzv-id={rdzv_id(script)}",
         "--",  # the script's own flags follow (torchrun would take --run for its --run-path)
         *script,
@@ -93,10 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     if not script or not script[0].endswith(".py"):
         sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
     cfg = load_section(DistributedConfig, "distributed", params_path(script))
-    argv_out = command(cfg, script)
+    where = Placement.from_env()
+    if where.problems(cfg.nnodes):
+        sys.exit("error: " + "; ".join(where.problems(cfg.nnodes)))
+    argv_out = command(cfg, script, where)
     sys.stdout.flush()
-    if cfg.hosts and FOLLOWER not in os.environ:
-        sys.exit(fan_out(cfg.hosts, argv_out))
+    if where.hosts and FOLLOWER not in os.environ:
+        sys.exit(fan_out(where.hosts, argv_out))
     os.execv(argv_out[0], argv_out)
 
 
