@@ -81,6 +81,8 @@ def test_two_machines_split_the_grid_and_a_collector_runs_only_the_rest_on_two_r
     for name in GRID:  # restored from the machine that ran it, byte for byte
         assert _grpo_outputs(collector, name) == _grpo_outputs(grid[name][0], name), name
     assert "up to date" in at("dvc", "status").stdout
+    elsewhere = {**repo_env(collector), "A5_RDZV_ENDPOINT": "gpu07:29400", "A5_HOSTS": "gpu08"}  # other nodes
+    assert "up to date" in _at(collector, elsewhere, "dvc", "status").stdout  # where is no cache key
     assert all(x in (collector / "reports" / "summary.md").read_text() for x in GRID)
     assert stdout.count("sft@full: ") == 1 and stdout.count("grpo@clip_offpolicy: validation") == 1  # rank 0 prints
     train = (collector / "results" / "sft" / "full" / "logs" / "train.csv").read_text().splitlines()
