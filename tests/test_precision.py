@@ -165,8 +165,8 @@ def test_the_sft_loop_trains_bf16_weights_with_the_stage_update(tiny, tmp_path, 
     from a5core.config.sections import ModelConfig
     from a5core.model import optim
     from a5core.model.compute import Compute
-    from a5core.rl.sft import SFTConfig, train_sft
-    from tests.support.loops import METRICS, DyingHistory, StubValidator
+    from a5core.rl.sft import SFTConfig
+    from tests.support.loops import run_sft
 
     compute = Compute.of(ModelConfig(dtype="bfloat16", weight_update="stochastic_round"), "cpu", quiet=True)
     built = []
@@ -176,17 +176,7 @@ def test_the_sft_loop_trains_bf16_weights_with_the_stage_update(tiny, tmp_path, 
     start = [p.detach().clone() for p in model.parameters()]
     rows = [{"unique_id": str(i), "prompt": f"{i} + 1 =", "response": f" {i + 1}</answer>"} for i in range(4)]
     cfg = SFTConfig(batch_size=2, micro_batch_size=2, eval_every=0, lr=1e-5, epochs=1)
-    with DyingHistory(tmp_path) as history:
-        train_sft(
-            model,
-            tiny[1],
-            rows=rows,
-            cfg=cfg,
-            validate=StubValidator(),
-            history=history,
-            initial={"metrics": METRICS},
-            compute=compute,
-        )
+    _, history = run_sft(model, tiny[1], tmp_path, cfg, rows=rows, compute=compute)
     assert type(built[0]).__module__.startswith("torchao")
     lrs = [r["train/lr"] for r in history.rows["train"]]
     assert all(type(lr) is float for lr in lrs) and lrs[0] == pytest.approx(1e-5)  # torchao's own lr is a tensor

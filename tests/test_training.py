@@ -10,7 +10,7 @@ from a5core.model.tokenization import pad_token_id
 from a5core.rl.sft import SFTConfig, encode_examples, sft_step, train_sft
 from a5core.run.checkpoint import Checkpointer
 from a5core.run.history import read_log
-from tests.support.loops import METRICS, SFT_ROWS, DyingHistory, StubValidator, flat_grads
+from tests.support.loops import SFT_ROWS, DyingHistory, StubValidator, flat_grads, run_sft
 from tests.support.resume import checkpointer, straight_killed_resumed
 
 
@@ -30,18 +30,7 @@ def test_empty_response_rejected(tiny):
 
 
 def _train(model, tok, folder, cfg, ckpt=None, die_at=None):
-    with DyingHistory(folder, die_at) as history:
-        final = train_sft(
-            model,
-            tok,
-            rows=SFT_ROWS,
-            cfg=cfg,
-            validate=StubValidator(),
-            history=history,
-            initial={"metrics": METRICS},
-            ckpt=ckpt,
-        ).final
-    return final, history
+    return run_sft(model, tok, folder, cfg, ckpt=ckpt, die_at=die_at)
 
 
 def test_killed_run_resumes_to_same_weights_and_logs(tiny, tmp_path):

@@ -5,6 +5,7 @@
   `DyingHistory` is a RunHistory whose process is 'killed' at a given step.
 - Rows: `ROWS` (problems for GRPO and EI), `SFT_ROWS` (prompt/response pairs for SFT); `flat_grads(model)`.
 - GRPO: `grpo_cfg(**overrides)` (a 2-step config on those rows) and `run_grpo(policy, tok, folder, cfg, ...)`.
+- SFT: `run_sft(model, tok, folder, cfg, ...)`.
 
 May import: a5core and torch. Test modules import this; it imports no test module.
 """
@@ -13,6 +14,7 @@ import torch
 
 from a5core.generation.base import Completion
 from a5core.rl.grpo import GRPOConfig, train_grpo
+from a5core.rl.sft import train_sft
 from a5core.run.evaluation import Evaluation
 from a5core.run.history import RunHistory
 
@@ -156,3 +158,22 @@ def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_a
             initial=INITIAL,
         )
     return result.details, history
+
+
+def run_sft(model, tok, folder, cfg, rows=None, ckpt=None, die_at=None, **kw):
+    """train_sft on `rows` (default SFT_ROWS) with a StubValidator, logging under `folder`; `die_at`: killed when
+    logging that train step; `kw`: more of train_sft's keywords (compute, ...). Returns (the final evaluation, the
+    history)."""
+    with DyingHistory(folder, die_at) as history:
+        final = train_sft(
+            model,
+            tok,
+            rows=SFT_ROWS if rows is None else rows,
+            cfg=cfg,
+            validate=StubValidator(),
+            history=history,
+            initial={"metrics": METRICS},
+            ckpt=ckpt,
+            **kw,
+        ).final
+    return final, history
