@@ -27,7 +27,7 @@ def main() -> None:
     device = entry.setup_torch(cfg.seed)
     compute = Compute.of(model, device)  # its autocast and LM-head chunking (no training: no plan)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
-    backend = make_backend(gen, args.model, policy, tokenizer, seed=cfg.seed, bf16_autocast=compute.bf16_autocast)
+    backend = make_backend(gen, args.model, policy, tokenizer, cfg.seed, compute.autocast_on, compute.cut)
     with pool:
         result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool, cut=compute.cut)
     # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.

@@ -48,7 +48,13 @@ def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
 
     compute = Compute.of(ModelConfig(autocast="bf16"), "cpu")
     record = dataclasses.asdict(compute.autocast)
-    assert record == {"mode": "bf16", "device": "cpu", "bf16_autocast": True, "decided_by": "model.autocast: bf16"}
+    assert record == {
+        "mode": "bf16",
+        "device": "cpu",
+        "bf16_autocast": True,
+        "decided_by": "model.autocast: bf16",
+        "on_float32": True,
+    }
     assert "autocast: bf16 on" in capsys.readouterr().out
     written = run_record.read_run_record(
         run_record.write_run_record(tmp_path / "r.json", "x", autocast=record, step_s=1.5)
@@ -84,7 +90,7 @@ def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
     """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain bf16 forward pass over the
     same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
     model, tok = sharp
-    out = HFBackend(model, tok, batch_size=8, bf16_autocast=True).generate(
+    out = HFBackend(model, tok, batch_size=8, autocast_on=True).generate(
         _prompts(), SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False
     )
     for p, o in zip(_prompts(), out):
@@ -167,3 +173,18 @@ def test_the_grpo_update_and_old_log_probs_follow_the_stage_autocast(tiny):
     (old32, w32), (old32b, w32b), (old16, w16) = update(Compute()), update(Compute()), update(bf16)
     assert torch.equal(old32, old32b) and torch.equal(w32, w32b)
     assert 0 < (old16 - old32).abs().max() < 0.5 and not torch.equal(w16, w32)
+
+
+def test_lora_adapters_beside_bf16_weights_run_under_the_mode():
+    """bf16 weights record no autocast (every matmul is bf16 already), but their float32 LoRA adapters run under the
+    mode as float32 weights would: the context gets `autocast_on`, not the record's `bf16_autocast`."""
+    compute = Compute.of(ModelConfig(dtype="bfloat16", autocast="bf16"), "cpu", quiet=True)
+    assert not compute.bf16_autocast and compute.autocast_on
+    adapted = torch.nn.Sequential(
+        torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.Linear(2, 2)
+    )  # + a float32 adapter
+    with autocast_context(adapted, compute.autocast_on):
+        assert torch.is_autocast_enabled("cpu")
+    off = Compute.of(ModelConfig(dtype="bfloat16", autocast="off"), "cpu", quiet=True)
+    with autocast_context(adapted, off.autocast_on):
+        assert not torch.is_autocast_enabled("cpu")

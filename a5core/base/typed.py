@@ -64,8 +64,8 @@ TopP = Annotated[float, Bound(0, 1, lo_open=True)]
 RENAMED = {"learning_rate": "lr"}
 # Keys that left params -> where the value comes from now (refused with that pointer).
 MOVED_OUT = {
-    "hosts": "the environment at launch: A5_HOSTS (docs/scaling-out.md), or SLURM's allocation",
-    "rdzv_endpoint": "the environment at launch: A5_RDZV_ENDPOINT (docs/scaling-out.md), or SLURM's first node",
+    "hosts": "the environment at launch: A5_HOSTS (docs/scaling-out.md)",
+    "rdzv_endpoint": "the environment at launch: A5_RDZV_ENDPOINT (docs/scaling-out.md)",
 }
 
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 from a5core.config.sections import GenerationConfig
 from a5core.generation.base import Backend, Completion, truncate_at_stop
 from a5core.generation.hf import HFBackend
+from a5core.model.microbatch import Cut
 
 
 def make_backend(
-    cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0, bf16_autocast: bool = False
+    cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0, autocast_on: bool = False, cut: Cut = Cut()
 ) -> Backend:
-    """hf: generate with the policy object itself (under the stage's `bf16_autocast` for float32 weights, unless
-    generation.dtype says otherwise); vllm: an engine loaded from `model_dir`."""
+    """hf: generate with the policy object itself (its float32 parameters under bf16 autocast when the stage's
+    `autocast_on`, unless generation.dtype says otherwise); vllm: an engine loaded from `model_dir` (its weight-sync
+    probe computes the policy's log-probs with the stage's `cut`)."""
     if cfg.backend == "hf":
-        return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, dtype=cfg.dtype, bf16_autocast=bf16_autocast)
+        return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, dtype=cfg.dtype, autocast_on=autocast_on)
     from a5core.generation.vllm import VLLMBackend
 
-    return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer, policy=policy)
+    return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer, policy=policy, cut=cut)
 
 
 __all__ = ["Backend", "Completion", "HFBackend", "make_backend", "truncate_at_stop"]

@@ -61,9 +61,9 @@ class HFBackend:
 
     STOP_TAIL_TOKENS = 16  # stop strings are searched in the decoded tail of this many tokens
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, dtype: str = "auto", bf16_autocast: bool = False):
+    def __init__(self, model, tokenizer, batch_size: int = 32, dtype: str = "auto", autocast_on: bool = False):
         self.model, self.tokenizer, self.batch_size, self.dtype = model, tokenizer, batch_size, dtype
-        self.bf16_autocast = bf16_autocast  # the stage's resolved model.autocast (dtype "auto" follows it)
+        self.autocast_on = autocast_on  # the stage's resolved model.autocast (dtype "auto" follows it)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def sync_weights(self, policy) -> None:
@@ -78,7 +78,7 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         prefix = self._common_prefix(encoded)
-        with autocast_context(self.model, self.bf16_autocast, self.dtype):
+        with autocast_context(self.model, self.autocast_on, self.dtype):
             cache = (
                 self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
                 if prefix
@@ -149,7 +149,7 @@ class HFBackend:
         lps: list[list[float]] = [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
-        with autocast_context(self.model, self.bf16_autocast, self.dtype):
+        with autocast_context(self.model, self.autocast_on, self.dtype):
             out = self._step(ids, mask, pos, cache)
             for t in range(sampling.max_tokens):
                 logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence

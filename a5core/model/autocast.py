@@ -30,8 +30,10 @@ class Autocast:
 
     mode: str = "off"  # model.autocast
     device: str = "cpu"  # the device type it was resolved for
-    bf16_autocast: bool = False  # bf16 autocast on for float32 weights
+    bf16_autocast: bool = False  # bf16 autocast on for the policy's weights (its dtype's): the run's numerics record
     decided_by: str = "library default: off"  # why, in words (console and run record)
+    on_float32: bool = False  # the mode as for float32 weights: what a model's float32 parameters run under (LoRA's
+    # float32 adapters beside bf16 weights too); `autocast_context` is a no-op for a model without float32 parameters
 
 
 def resolve(
@@ -60,13 +62,14 @@ def resolved(
     (unless `quiet`) and returned, to travel in the stage's `Compute` record and its run record."""
     device_type = torch.device(device).type
     on, why = resolve(mode, device_type, cpu_flags(), weights)
+    on_float32, _ = resolve(mode, device_type, cpu_flags())
     if not quiet:
         print(f"autocast: bf16 {'on' if on else 'off'} for float32 weights on {device_type} ({why})", flush=True)
-    return Autocast(mode, device_type, on, why)
+    return Autocast(mode, device_type, on, why, on_float32)
 
 
 def autocast_context(model, on: bool, dtype_pref: str = "auto"):
-    """bf16 autocast for a model with float32 weights when `on` (the stage's `Autocast.bf16_autocast`; `dtype_pref`
+    """bf16 autocast for a model with float32 parameters when `on` (the stage's `Autocast.on_float32`; `dtype_pref`
     "bfloat16" / "float32", the hf backend's `generation.dtype`, forces it on / off); a no-op for bf16 weights."""
     params = list(model.parameters())
     if not any(p.dtype == torch.float32 for p in params):

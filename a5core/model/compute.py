@@ -30,7 +30,13 @@ class Compute:
 
     @property
     def bf16_autocast(self) -> bool:
+        """Autocast as resolved for the policy's weights: the run's numerics record (provenance, fingerprint)."""
         return self.autocast.bf16_autocast
+
+    @property
+    def autocast_on(self) -> bool:
+        """What `autocast_context` gets: the mode as for float32 parameters (a no-op for a model without any)."""
+        return self.autocast.on_float32
 
     @classmethod
     def of(

@@ -33,6 +33,7 @@ from a5core.config.sections import (
     init_policy_problem,
 )
 from a5core.grader.audit import AUDIT_NAMES, audit_metrics
+from a5core.model import distributed
 from a5core.model.compute import Compute
 from a5core.rl.sft import SFTConfig, train_sft
 from a5core.rl.train_reward import reward_problems, training_reward
@@ -148,7 +149,7 @@ def graded_rollouts(
     With `ckpt`, a previous attempt's result is returned instead of generating again, and a new one is saved (as
     plain dicts, which a weights_only load accepts).
     """
-    saved = ckpt.load() if ckpt else None
+    saved = ckpt.load(distributed.is_sharded(policy)) if ckpt else None  # fsdp2: rank 0 reads, the others get it
     if saved:
         return [GradedSample(**s) for s in saved["samples"]], saved["entropies"]
     questions = random.Random(derive_seed(cfg.seed, "ei_questions", round_idx)).sample(

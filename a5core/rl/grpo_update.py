@@ -86,7 +86,7 @@ def old_log_probs_for(
     groups = _micro_batches(rollouts, list(range(len(rollouts))), micro, compute.cut)
     for idx, weight in distributed.deal(groups, distributed.is_sharded(policy)):
         b = _batch(rollouts, idx, device)
-        with distributed.inference(policy), autocast_context(policy, compute.bf16_autocast):
+        with distributed.inference(policy), autocast_context(policy, compute.autocast_on):
             lp = get_response_log_probs(
                 policy, b["input_ids"], b["labels"], share_prefix=True, lengths=b["lengths"], cut=compute.cut
             )["log_probs"]  # (b, T)
@@ -112,7 +112,7 @@ def _micro_step(
     """Forward/backward of micro-batch `mi` with its share of the step's loss (times `weight`: 0 is a fsdp2 rank's
     repeat that only keeps the collectives in step); returns its sums for the log."""
     b = _batch(rollouts, mi, device)
-    with autocast_context(policy, compute.bf16_autocast):
+    with autocast_context(policy, compute.autocast_on):
         out = get_response_log_probs(
             policy,
             b["input_ids"],

@@ -169,6 +169,7 @@ PG_LOSSES: dict[str, PGLossFn] = {
     "gspo": _gspo,
 }
 OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip", "gspo"}
+CLIPPED_LOSSES: set[str] = {"grpo_clip", "gspo"}  # the losses that apply `cliprange` (clip-higher, dual-clip)
 
 
 def register_pg_loss(name: str, fn: PGLossFn, *, off_policy: bool) -> None:

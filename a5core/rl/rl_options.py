@@ -39,6 +39,7 @@ from torch import Tensor
 
 from a5core.base.seeds import derive_seed
 from a5core.config.sections import Bound, NonNegative, NonNegativeFloat, PositiveFloat, Section
+from a5core.rl.losses import CLIPPED_LOSSES
 
 KLEstimator = Literal["k1", "k2", "k3", "k3+"]
 LOG_RATIO_BOUND = 20.0  # |log pi - log ref| clamped before exp (verl); k3 itself to +-10
@@ -71,8 +72,8 @@ class RLOptions(Section):
                 f"overlong_buffer ({self.overlong_buffer}) must be <= max_tokens ({self.max_tokens})",
             ),
             (
-                self.cliprange_high is None or self.needs_old_log_probs,
-                f"cliprange_high needs a clipped loss that uses old log-probs (grpo_clip), not {self.loss_type!r}",
+                self.cliprange_high is None or self.loss_type in CLIPPED_LOSSES,
+                f"cliprange_high needs a clipped loss ({', '.join(sorted(CLIPPED_LOSSES))}), not {self.loss_type!r}",
             ),
             (
                 self.tis_cap == 0 or self.tis_cap >= 1,
@@ -85,8 +86,9 @@ class RLOptions(Section):
             ),
             (not self.kl_in_reward or self.kl_coef > 0, "kl_in_reward needs kl_coef > 0 (the penalty's beta)"),
             (
-                self.clip_ratio_c is None or self.needs_old_log_probs,
-                f"clip_ratio_c (dual-clip) bounds a clipped ratio: it needs grpo_clip or gspo, not {self.loss_type!r}",
+                self.clip_ratio_c is None or self.loss_type in CLIPPED_LOSSES,
+                f"clip_ratio_c (dual-clip) needs a clipped loss ({', '.join(sorted(CLIPPED_LOSSES))}), not "
+                f"{self.loss_type!r}",
             ),
         ]
         return [msg for ok, msg in rules if not ok]

@@ -99,7 +99,7 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, 
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         lengths = [len(batch[i][0]) + len(batch[i][1]) - 1 for i in idx]  # each row's real positions
-        with autocast_context(policy, compute.bf16_autocast):
+        with autocast_context(policy, compute.autocast_on):
             out = get_response_log_probs(policy, ids, labels, True, share_prefix=True, lengths=lengths, cut=compute.cut)
         # both are the micro-batch's share of the step's mean, whatever the split (a5core/model/microbatch.py)
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     if not script or not script[0].endswith(".py"):
         sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
     cfg = load_section(DistributedConfig, "distributed", params_path(script))
-    where = Placement.from_env()
+    where = Placement.from_env() if cfg.nproc * cfg.nnodes > 1 else Placement()  # one process meets no one
     if where.problems(cfg.nnodes):
         sys.exit("error: " + "; ".join(where.problems(cfg.nnodes)))
     argv_out = command(cfg, script, where)

@@ -95,7 +95,7 @@ def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -
         policy=policy,
         tokenizer=tokenizer,
         backend=distributed.FullWeightsBackend(
-            make_backend(generation, args.model, policy, tokenizer, seed=seed, bf16_autocast=compute.bf16_autocast)
+            make_backend(generation, args.model, policy, tokenizer, seed, compute.autocast_on, compute.cut)
         ),
         validation_rows=questions,
         compute=compute,
