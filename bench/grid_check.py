@@ -29,20 +29,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repository root, for tools/
+from tools.repo_env import repo_env  # noqa: E402
+
 GRID = ("reinforce_baseline", "no_baseline")  # the two GRPO runs started together
 
 
 def _env(work: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(work),
-        "A5_NO_PIPELINE_LINE": "1",
-        "GIT_AUTHOR_NAME": "a5",
-        "GIT_AUTHOR_EMAIL": "a5@localhost",
-        "GIT_COMMITTER_NAME": "a5",
-        "GIT_COMMITTER_EMAIL": "a5@localhost",
-    }
+    return {**repo_env(work), "A5_NO_PIPELINE_LINE": "1"}
 
 
 def run(work: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -5,31 +5,19 @@
 - `tree_digest`, `ran_stages`, `ok`: a folder's files by sha256 (volatile run records left out), the stages a
   `dvc repro` ran, and an assertion that a command succeeded with its output.
 
-May import: the standard library. Test modules import this; it imports no test module.
+May import: the standard library and tools/ (`repo_env`, shared with bench/grid_check.py). Test modules import
+this; it imports no test module.
 """
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tools.repo_env import repo_env
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def repo_env(work: Path) -> dict[str, str]:
-    """The environment a scratch repo's commands run in: this venv's tools, the repo's own a5core, a git identity."""
-    return {
-        # bytecode on, as on a user's machine: __pycache__ in a folder dependency must not change its hash
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(work),
-        "GIT_AUTHOR_NAME": "a5",
-        "GIT_AUTHOR_EMAIL": "a5@localhost",
-        "GIT_COMMITTER_NAME": "a5",
-        "GIT_COMMITTER_EMAIL": "a5@localhost",
-    }
 
 
 def scratch_repo(tmp_path: Path, profile: str) -> tuple[Path, callable]:
