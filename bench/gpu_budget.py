@@ -47,7 +47,7 @@ from a5core.model.microbatch import Cut  # noqa: E402
 from a5core.model.optim import make_optimizer  # noqa: E402
 from a5core.rl import grpo
 from a5core.run import plan
-from bench.gpu_check import GB, SOURCE, build_model, peak, prompts, rollouts, timed  # noqa: E402
+from bench.gpu_check import DRY_RUN_CARD_GB, GB, SOURCE, build_model, dry_run_arch, peak, prompts, rollouts, timed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILED = 32  # rollouts in the profiled step (the busy share is a ratio; it needs no whole step)
@@ -232,22 +232,25 @@ def main() -> None:
     parser.add_argument("--out", default="gpu_budget.json")
     parser.add_argument("--parts", default="all", help="comma-separated: budget,distributed")
     parser.add_argument("--rollouts", type=int, default=0, help="rollouts per step (default: the profile's batch)")
+    parser.add_argument("--dry-run", action="store_true", help="the CPU and a tiny Qwen2: the path, not a measurement")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if not (torch.cuda.is_available() or args.dry_run):
         sys.exit("gpu_budget: no CUDA device; the CPU's equivalence tests are tests/test_microbatch.py")
     from transformers import AutoTokenizer
 
     params = load_yaml((ROOT / "conf/profile/full.yaml").read_text())
     gcfg = from_dict(grpo.GRPOConfig, params["grpo"], "grpo")
-    card_gb = torch.cuda.get_device_properties(0).total_memory / GB
+    dry = args.dry_run and not torch.cuda.is_available()
+    card_gb = DRY_RUN_CARD_GB if dry else torch.cuda.get_device_properties(0).total_memory / GB
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
     def save(result: dict) -> None:
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
 
     n = args.rollouts or gcfg.train_batch_size
-    check(plan.KNOWN[SOURCE], gcfg, params, AutoTokenizer.from_pretrained(args.tokenizer), torch.device("cuda:0"),
-          card_gb, args.parts, n, save)  # fmt: skip
+    arch = dry_run_arch(tokenizer) if dry else plan.KNOWN[SOURCE]
+    check(arch, gcfg, params, tokenizer, torch.device("cpu" if dry else "cuda:0"), card_gb, args.parts, n, save)
 
 
 if __name__ == "__main__":

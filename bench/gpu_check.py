@@ -48,7 +48,25 @@ from a5core.run import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "hf:Qwen/Qwen2.5-Math-1.5B"
+DRY_RUN_CARD_GB = 24.0  # the card a dry run plans for (no GPU to read it from)
 GB = 1024**3
+
+
+# a Qwen2-shaped tiny model (grouped-query attention, q/k/v biases, tied embeddings) for the CPU dry runs
+# (`--dry-run` here and in gpu_budget.py, bench/gpu/step.sh); head_dim 32: vLLM's CPU attention has no kernel for 16
+TINY_QWEN2 = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+
+def dry_run_arch(tokenizer) -> dict:
+    """TINY_QWEN2 with the tokenizer's vocabulary."""
+    return {**TINY_QWEN2, "vocab_size": len(tokenizer)}
 
 
 def build_model(arch: dict, device: torch.device):
@@ -276,8 +294,9 @@ def main() -> None:
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--gen-tokens", type=int, default=128)
     parser.add_argument("--parts", default="all", help="comma-separated: memory,profile,steps,generation,sweep")
+    parser.add_argument("--dry-run", action="store_true", help="the CPU and a tiny Qwen2: the path, not a measurement")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if not (torch.cuda.is_available() or args.dry_run):
         sys.exit(
             "gpu_check: no CUDA device; this bench measures the GPU path (the CPU path is bench/sft_throughput.py)"
         )
@@ -287,14 +306,16 @@ def main() -> None:
     gcfg = from_dict(grpo.GRPOConfig, profile["grpo"], "grpo")
     scfg = from_dict(sft.SFTConfig, profile["sft"], "sft")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    card_gb = torch.cuda.get_device_properties(0).total_memory / GB
+    dry = args.dry_run and not torch.cuda.is_available()
+    card_gb = DRY_RUN_CARD_GB if dry else torch.cuda.get_device_properties(0).total_memory / GB
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
     def save(result: dict) -> None:
         Path(args.out).write_text(json.dumps({**result, "card_gb": card_gb}, indent=2, default=str) + "\n")
 
-    device = torch.device("cuda:0")
-    check(plan.KNOWN[SOURCE], gcfg, scfg, tokenizer, device, args.gen_tokens, args.parts, save=save)
+    arch = dry_run_arch(tokenizer) if dry else plan.KNOWN[SOURCE]
+    device = torch.device("cpu" if dry else "cuda:0")
+    check(arch, gcfg, scfg, tokenizer, device, args.gen_tokens, args.parts, save=save)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ the CPU build's layout, `cpu`) it runs `a5core.generation.vllm.VLLMBackend` with
   the policy's own (the hf backend's greedy loop, from the same ids): equal, or diverging only at a near-tie (the
   policy's log-probs of both tokens within `--tie-nats`). Sleep mode exists on CUDA only: on the CPU the JSON
   says so and the cycles reload without sleeping;
-- seeds: the same seeded sampling twice must give the same ids (and the n samples of a request must differ);
+- seeds: the same seeded sampling twice, each from an empty prefix cache, must give the same ids (and the n samples of
+  a request must differ);
 - timing: one batch of `--prompts` prompts x `--n` samples of up to `--max-tokens` tokens (temperature 1, stop at
   `</answer>`), as a rollout phase of the full profile samples it.
 A part that fails records its error and the run ends with status 1. Prompts are r1_zero prompts of the fixture
@@ -109,12 +110,20 @@ def cycles(backend: VLLMBackend, policy, args) -> dict:
 def seeds(backend: VLLMBackend, args) -> dict:
     sampling = SamplingConfig(temperature=1.0, max_tokens=32, min_tokens=32, stop=(), n=max(2, args.n), seed=7)
     prompts = questions(min(4, args.prompts))
-    a, b = (backend.generate(prompts, sampling, progress=False) for _ in range(2))
+    runs, reset = [], []
+    for _ in range(2):  # each from an empty prefix cache: a repeat that read the first run's KV blocks would compute
+        with backend._on_engine():  # its prompts in another shape (bf16 on CUDA: other numbers) and could differ
+            reset.append(backend.llm.reset_prefix_cache())
+        runs.append(backend.generate(prompts, sampling, progress=False))
+    a, b = runs
     same = [[c.token_ids for c in x] for x in a] == [[c.token_ids for c in x] for x in b]
     distinct = all(len({c.token_ids for c in x}) > 1 for x in a)
-    if not (same and distinct):
-        raise AssertionError(f"seeded sampling: repeated equal {same}, samples of a request differ {distinct}")
-    return {"seeded_repeat_equal": same, "samples_differ": distinct}
+    if not (same and distinct and all(reset)):
+        raise AssertionError(
+            f"seeded sampling: repeated equal {same}, samples of a request differ {distinct}, "
+            f"prefix cache reset {reset}"
+        )
+    return {"seeded_repeat_equal": same, "samples_differ": distinct, "prefix_cache_reset": reset}
 
 
 def timing(backend: VLLMBackend, args) -> dict:

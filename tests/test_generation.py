@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 import torch
 
@@ -186,10 +188,55 @@ def test_engine_placement_per_layout():
     assert engine_kwargs(two, torch.float32, 2) == {
         "dtype": "bfloat16",
         "gpu_memory_utilization": 0.85,
+        "enforce_eager": False,  # generation.cuda_graphs: vLLM's compiled model and CUDA graphs
         "device_ids": [1],
     }
+    eager = GenerationConfig(backend="vllm", layout="one_gpu", cuda_graphs=False)
+    assert engine_kwargs(eager, torch.float32, 1)["enforce_eager"] is True
     assert engine_kwargs(one, torch.float32, 1)["enable_sleep_mode"] is True
     with pytest.raises(RuntimeError, match="generation.layout=one_gpu"):
         engine_kwargs(two, torch.float32, 1)
     cpu = engine_kwargs(two, torch.bfloat16, 0)
     assert cpu["dtype"] == "bfloat16" and cpu["enforce_eager"] and not cpu["enable_chunked_prefill"]
+
+
+def test_the_reload_warnings_of_vllm_0_26_and_0_33_are_both_heard():
+    """0.26 logs the weights a reload missed from its GPU model runner, 0.32/0.33 from the reload modules: the hook
+    hears both (what either logger says is the only trace of a layer the reload never reached), and only them."""
+    from a5core.generation import vllm_weights
+
+    v026 = logging.getLogger("vllm.v1.worker.gpu_model_runner")
+    v033 = logging.getLogger("vllm.model_executor.model_loader.reload.inplace")
+    other = logging.getLogger("vllm.v1.engine.core")
+    with vllm_weights._loader_warnings() as heard:
+        v026.warning("Following weights were not loaded from checkpoint: %s", {"model.norm.weight"})
+        v033.warning("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
+        other.warning("Following weights were not loaded from checkpoint: %s", {"elsewhere"})
+    assert [m.split(": ")[1] for m in heard] == ["{'model.norm.weight'}", "{'lm_head.weight'}"]
+
+
+def test_a_colocated_wake_frees_the_reloads_memory_before_the_kv_cache(monkeypatch):
+    """one_gpu: wake the weights, reload, reset the prefix cache, hand cached blocks back, then wake the KV cache
+    (the CPU build refuses sleep mode, so the engine here records the calls it gets)."""
+    from a5core.generation import vllm as vllm_backend
+
+    calls = []
+
+    class Engine:
+        def wake_up(self, tags):
+            calls.append(f"wake {tags[0]}")
+
+        def collective_rpc(self, fn, args):
+            calls.append("reload")
+            return [{"absent": [], "not_loaded": []}]
+
+        def reset_prefix_cache(self):
+            calls.append("reset")
+            return True
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    backend = object.__new__(vllm_backend.VLLMBackend)
+    backend.llm, backend.sleeping, backend.device = Engine(), True, None
+    backend.load_weights([("w", torch.zeros(1))])
+    assert calls == ["empty_cache", "wake weights", "reload", "reset", "empty_cache", "wake kv_cache"]
+    assert backend.sleeping is False

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.wheels import make_wheel
 from tools import offline_bundle as ob
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,22 +39,6 @@ def _python312() -> str | None:
 
 
 PY312 = _python312()
-
-
-def make_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
-    """A minimal valid pure-Python wheel."""
-    info = f"{name}-{version}.dist-info"
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    members = {
-        **files,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{m},,\n" for m in members) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for m, text in {**members, f"{info}/RECORD": record}.items():
-            z.writestr(m, text)
-    return path
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ import pytest
 import yaml
 
 from a5core.run import preflight
-from a5core.run.preflight import Machine
+from a5core.run.preflight import Gpu, Machine
 from tests.support.profiles import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
-H100 = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", 79.2, (9, 0))  # two 80 GB cards (79.2 GiB visible)
+HOPPER = Gpu(79.2, (9, 0))  # an 80 GB card (79.2 GiB visible)
+H100 = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", (HOPPER, HOPPER))
 
 
 def _params(**edits) -> dict:
@@ -54,14 +55,19 @@ def test_cpu_profiles_and_a_working_machine_pass():
 
 
 def test_two_gpu_needs_two_gpus_and_bf16_needs_ampere():
-    one = Machine(True, 1, "2.14.0+cu130", "13.0", "580.95.05", 79.2, (9, 0))
+    one = Machine(True, 1, "2.14.0+cu130", "13.0", "580.95.05", (HOPPER,))
     [found] = preflight.problems(_params(), one)
     assert "two_gpu needs two visible GPUs, 1 found" in found and "generation.layout=one_gpu" in found
     assert preflight.problems(_params(generation__layout="one_gpu"), one) == []
-    turing = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", 15.0, (7, 5))
+    turing = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", (Gpu(15.0, (7, 5)),) * 2)
     [found] = preflight.problems(_params(), turing)
-    assert "bfloat16 needs compute capability 8.0" in found and "7.5" in found
+    assert "bfloat16 needs compute capability 8.0" in found and "GPU 0 has 7.5, GPU 1 has 7.5" in found
     assert preflight.problems(_params(model__dtype="float32"), turing) == []
+    # two_gpu's engine card is checked too; one_gpu uses only the first
+    mixed = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", (HOPPER, Gpu(15.0, (7, 5))))
+    [found] = preflight.problems(_params(), mixed)
+    assert "GPU 1 has 7.5" in found and "GPU 0" not in found
+    assert preflight.problems(_params(generation__layout="one_gpu"), mixed) == []
 
 
 def test_one_gpu_utilization_must_leave_room_for_the_policy_and_the_cuda_context(tmp_path):
@@ -83,12 +89,28 @@ def test_this_machines_facts_and_nvidia_smi_parsing(tmp_path, monkeypatch):
     assert facts.cuda_available == torch.cuda.is_available() and facts.torch_cuda == torch.version.cuda
     # nvidia-smi cannot run here: a script on PATH stands in for its CSV answer to check the parsing
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '580.95.05, 81559, 9.0'\necho '580.95.05, 81559, 9.0'\n")
+    smi.write_text("#!/bin/sh\necho 'GPU-aa11, 580.95.05, 81559, 9.0'\necho 'GPU-bb22, 580.95.05, 40960, 8.0'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
     facts = preflight.machine()
-    assert facts.driver == "580.95.05" and abs(facts.gpu_gb - 79.65) < 0.01 and facts.capability == (9, 0)
+    assert facts.driver == "580.95.05" and [g.capability for g in facts.gpus] == [(8, 0), (9, 0)]
+    assert abs(facts.gpus[0].gb - 40.0) < 0.01 and abs(facts.gpus[1].gb - 79.65) < 0.01
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # so CUDA's cuda:0 is nvidia-smi's GPU 1 here
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa,7,0")  # a UUID prefix; CUDA stops at an index with no GPU
+    assert [g.capability for g in preflight.machine().gpus] == [(9, 0)]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert len(preflight.machine().gpus) == 2
+
+
+def test_the_plan_is_made_on_the_smallest_card_the_layout_uses(tmp_path):
+    small = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", (HOPPER, Gpu(15.0, (9, 0))))
+    two = _write(tmp_path, _params())
+    [found] = preflight.plan_problems(str(two), small, str(tmp_path / "no-model"))
+    assert "the memory plan does not fit this GPU" in found and "15 GB" in found
+    one = _write(tmp_path, _params(generation__layout="one_gpu", generation__gpu_memory_utilization=0.3))
+    assert preflight.plan_problems(str(one), small, str(tmp_path / "no-model")) == []
 
 
 def test_the_full_profiles_first_stage_stops_before_downloading(tmp_path):

@@ -49,5 +49,5 @@ def test_vllm_check_runs_green_on_the_cpu_engine(model_folder, tmp_path):
     assert len(cpu["cycles"]["cycles"]) == 3 and "unsupported on the CPU build" in cpu["cycles"]["sleep"]
     for cycle in cpu["cycles"]["cycles"]:
         assert cycle["equal"] == 3 and cycle["probe_nats"] < 1e-4
-    assert cpu["seeds"] == {"seeded_repeat_equal": True, "samples_differ": True}
+    assert cpu["seeds"] == {"seeded_repeat_equal": True, "samples_differ": True, "prefix_cache_reset": [True, True]}
     assert 0 < cpu["timing"]["tokens"] <= 4 * 2 * 16 and cpu["timing"]["tokens_per_s"] > 0

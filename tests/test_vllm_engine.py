@@ -363,3 +363,89 @@ def test_a_lora_policy_syncs_its_merged_weights(engine, restore):
     backend.sync_weights(policy)  # verifies exactly, and by log-probs
     out = backend.generate(PROMPTS[:1], _greedy(10), progress=False)
     assert list(out[0][0].token_ids) == _policy_greedy(policy, tok, PROMPTS[0], 10)
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory, sharp):
+    """(backend, policy, state): a Qwen2-shaped tiny model (grouped-query attention, biases on q/k/v only, tied
+    embeddings, as Qwen2.5-Math-1.5B) on vLLM's own Qwen2 class, and what building its engine did to the process's
+    RNGs and TORCHINDUCTOR_COMPILE_THREADS (`state`: before and after)."""
+    import os
+    import random
+
+    import numpy as np
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = sharp[1]
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=128,  # head_dim 32: the CPU build's attention has no kernel for 16
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(3)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(8.0) if not name.endswith(".bias") else p.normal_(0.0, 0.5)
+    folder = tmp_path_factory.mktemp("qwen2_model")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+    def state():
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        return {
+            "python": random.getstate(),
+            "numpy": np.random.get_state()[1].tolist(),
+            "torch": torch.random.get_rng_state().tolist(),
+            "cuda": [s.tolist() for s in cuda],
+            "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+        }
+
+    torch.manual_seed(12345)
+    random.seed(12345)
+    np.random.seed(12345)
+    before = state()
+    backend = VLLMBackend(
+        str(folder), GenerationConfig(backend="vllm", sync_tolerance=1e-3), seed=7, tokenizer=tok, policy=model
+    )
+    return backend, model, (before, state())
+
+
+def test_building_the_engine_leaves_the_trainers_rngs_and_compile_threads(qwen2):
+    """vLLM's worker reseeds every global RNG while it starts (stochastic rounding draws from CUDA's; a resumed run
+    would draw other numbers than an uninterrupted one) and `import vllm` sets TORCHINDUCTOR_COMPILE_THREADS=1."""
+    before, after = qwen2[2]
+    for key in before:
+        assert after[key] == before[key], f"building the engine changed {key}"
+
+
+def test_qwen2s_fused_qkv_biases_are_synced_and_checked_exactly(qwen2):
+    """The bias rows of vLLM's fused qkv_proj (q, then k, then v, with fewer k/v heads than q heads) against the
+    policy's three biases: a synced update passes the exact check; a k bias the engine did not get is caught."""
+    backend, model, _ = qwen2
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in changed.named_parameters():
+            if name.endswith(".bias"):
+                p.add_(0.25)
+    try:
+        backend.sync_weights(changed)  # the exact check and the log-prob probe (verify_weight_sync)
+        (result,) = backend.llm.collective_rpc(vllm_weights.compare_on_worker, args=(_whole(changed),))
+        fused = [n for n in result["compared"] if n.endswith("qkv_proj.bias")]
+        assert len(fused) == 2 and not result["differ"]
+        stale = copy.deepcopy(changed)
+        with torch.no_grad():
+            stale.model.layers[1].self_attn.k_proj.bias[0] += 1e-2  # the engine still holds the synced value
+        (result,) = backend.llm.collective_rpc(vllm_weights.compare_on_worker, args=(_whole(stale),))
+        assert result["differ"] == ["model.layers.1.self_attn.qkv_proj.bias"]
+    finally:
+        backend.sync_weights(model)
+
+
+def _whole(model):
+    return vllm_backend._whole(list(model.state_dict().items()))

@@ -204,6 +204,7 @@ class GenerationConfig(Section):
         True  # after a weight update, check the engine's weights and log-probs against the policy's
     )
     sync_tolerance: PositiveFloat = 0.1  # largest mean |log-prob difference| (nats) the check accepts
+    cuda_graphs: bool = True  # vllm on CUDA: compile and capture CUDA graphs (vLLM's default); false: enforce_eager
 
 
 @dataclass(frozen=True)

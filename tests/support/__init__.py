@@ -7,6 +7,7 @@
 - workspace.py: a smoke copy with valid inputs, and a stage's real command from dvc.yaml.
 - hostile_inputs.py, grader_cases.py: hostile LaTeX, data files and Parquet inputs; the grader's case tables.
 - slow_grader.py: custom reward functions the grader pool imports by name (`tests.support.slow_grader:<fn>`).
+- wheels.py: a minimal valid wheel made by hand (the offline bundle and the GPU sequence's transfer step).
 
 tests/dist_worker.py and tests/dist_vllm_worker.py stay beside the tests: scripts run by path (under torchrun too), not
 imported.
