@@ -183,7 +183,9 @@ def reduce_gradients(model) -> None:
 
 
 def _all_reduce(grads: list[torch.Tensor]) -> None:
-    flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of numels,)
+    """Sum `grads` over ranks in one collective, in float32 whatever their dtype (bf16 weights' bf16 gradients would
+    otherwise be summed in bf16, rounding at every addition; torchtitan reduces in float32 too)."""
+    flat = torch.cat([g.reshape(-1).float() for g in grads])  # (sum of numels,) float32
     dist.all_reduce(flat)
     offset = 0
     for g in grads:
@@ -205,10 +207,13 @@ def shard(model, strategy: str, streamed: bool = False):
     micro-batch's loss is already its share of the step). Otherwise `model` unchanged.
     `streamed`: the generation backend takes the shards (`WholeState`), so only rank 0 keeps a whole copy, on the
     CPU, for saving; else every rank keeps one beside the shards, for generation (`full_weights`)."""
-    if strategy != "fsdp2" or not dist.is_initialized():  # one process starts no group (`setup`): nothing to shard
+    if not dist.is_initialized():  # one process starts no group (`setup`): nothing to shard
+        return model
+    if strategy != "fsdp2":  # ddp: every replica starts from rank 0's weights (they load the same folder; made sure)
+        broadcast_weights(model)
         return model
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     # before sharding: whole tensors, refreshed by full_weights (streamed: copied on the device, then moved, before
     # any gradient or optimizer state exists)
@@ -221,7 +226,8 @@ def shard(model, strategy: str, streamed: bool = False):
         # the root too (torch's default keeps it whole from a forward to the next backward): after a no-grad forward
         # (validation, old log-probs, the engine's probe) its parameters would stay plain tensors, which an optimizer
         # made then would hold and a state dict could not match to the shards
-        fully_shard(unit, mesh=mesh, reshard_after_forward=True)
+        # gradients reduce-scattered in float32 (bf16 weights compute in bf16; their sum over ranks does not round)
+        fully_shard(unit, mesh=mesh, reshard_after_forward=True, mp_policy=MixedPrecisionPolicy(reduce_dtype=REDUCE))
     for unit in units:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
@@ -231,6 +237,36 @@ def shard(model, strategy: str, streamed: bool = False):
     register_fsdp_forward_method(model, "a5_forward")
     vars(model)["a5_full"] = full  # the whole copy (`full_weights`), in the instance's dict: not a submodule
     return model
+
+
+REDUCE = torch.float32  # the dtype gradients are summed over ranks in, under both strategies
+
+
+@torch.no_grad()
+def broadcast_weights(model) -> None:
+    """ddp: every parameter and buffer of `model` set to rank 0's."""
+    for t in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(t.data, src=0)
+
+
+@torch.no_grad()
+def checksum(model) -> float:
+    """A cheap fingerprint of whole weights (each tensor's float64 sum, weighted by its position, summed)."""
+    total = torch.zeros((), dtype=torch.float64)
+    for i, p in enumerate(model.parameters()):
+        total += (i + 1) * p.detach().double().sum().cpu()
+    return float(total)
+
+
+def replicas_differ(model) -> list[int]:
+    """ddp: the ranks whose weights' checksum differs from rank 0's (a collective; [] on one process or fsdp2, whose
+    shards are one copy)."""
+    if world().size == 1 or is_sharded(model):
+        return []
+    mine = checksum(model)
+    parts: list = [None] * world().size
+    dist.all_gather_object(parts, mine)
+    return [r for r, c in enumerate(parts) if c != parts[0]]
 
 
 def as_forward(model, fn, *args):

@@ -36,14 +36,33 @@ def fingerprint(params: Any, inputs: dict[str, str]) -> str:
 
 
 def rng_state() -> dict:
-    # Python's random state is (version, tuple of 625 ints, gauss) -- plain data that weights_only can load.
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    """This process's generators: torch's CPU one, every CUDA device's (the full profile's stochastic rounding draws
+    from CUDA's), and Python's (a (version, 625 ints, gauss) tuple: plain data that weights_only can load)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {"torch": torch.get_rng_state(), "cuda": cuda, "python": random.getstate()}
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda") or []  # a checkpoint written before CUDA's were saved has none
+    if cuda and torch.cuda.is_available():
+        if len(cuda) != torch.cuda.device_count():
+            raise RuntimeError(
+                f"the checkpoint holds {len(cuda)} CUDA generators and this process sees {torch.cuda.device_count()} "
+                "GPUs: resume with the same CUDA_VISIBLE_DEVICES"
+            )
+        torch.cuda.set_rng_state_all(cuda)
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
+
+
+def _this_ranks(rng) -> dict:
+    """This rank's generators from a checkpoint's list of every rank's (rank 0's on another world size, where the
+    resumed run's random draws differ from an uninterrupted one's; an older checkpoint holds one dict)."""
+    if isinstance(rng, dict):
+        return rng
+    w = distributed.world()
+    return rng[w.rank] if len(rng) == w.size else rng[0]
 
 
 WHOLE = ("model", "optimizer")  # the whole-tensor parts of a state, which fsdp2 loads from rank 0 by broadcast
@@ -129,11 +148,18 @@ class Checkpointer:
             shutil.rmtree(aside, ignore_errors=True)
 
     def save_training(self, policy, optimizer, step: int, history: list, scheduler=None, **extra) -> None:
-        """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state())."""
+        """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state()).
+        Under ddp the replicas' weights are checked first (a checksum each): ranks that drifted apart stop the run."""
+        drifted = distributed.replicas_differ(policy)
+        if drifted:
+            raise RuntimeError(
+                f"ddp replicas disagree at step {step}: ranks {drifted} hold other weights than rank 0 (a checksum "
+                "of every parameter); nothing was saved"
+            )
         state = {
             "model": distributed.model_state(policy),  # whole tensors, also under fsdp2 (any world size resumes)
             "optimizer": distributed.optimizer_state(policy, optimizer),
-            "rng": rng_state(),
+            "rng": distributed.gather([rng_state()]),  # each rank's: under ddp rank r draws from cuda:r's generator
             "step": step,
             "history": history,
             **extra,
@@ -150,7 +176,7 @@ class Checkpointer:
         distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
+        set_rng_state(_this_ranks(state["rng"]))
         return state
 
     def clear(self) -> None:

@@ -4,22 +4,28 @@
   command without the launcher: today's single-process path.
 - Otherwise torchrun (`python -m torch.distributed.run`): `--nproc-per-node nproc --nnodes nnodes`, c10d rendezvous
   at the `Placement`'s endpoint (port 0 on one node: any free port).
-- Several nodes: node 0 runs `dvc repro`; with hosts, its launcher starts the same command on each other node over
-  `ssh` (DeepSpeed's launcher does the same; $A5_REMOTE_SHELL replaces `ssh -o BatchMode=yes`), in the same directory
-  with the same interpreter, so every node must see the repository and the environment at the same paths. The first
-  node to fail stops the others. Without hosts, start the stage's command on each other node yourself.
+- Several nodes in a SLURM allocation (`SLURM_JOB_ID`, more than one node; node 0 runs `dvc repro` in the batch
+  script): `srun` starts one torchrun per node (`--kill-on-bad-exit`: a rank that fails on any node stops every node's
+  ranks), meeting at this node on a free port, with a rendezvous id per job and stage, as torchtitan's multi-node
+  script does; the stage then fails with one line naming the node that failed (from srun's own error line).
+- Several nodes without a scheduler: node 0's launcher starts the same command on each host of A5_HOSTS over `ssh`
+  (DeepSpeed's launcher does the same; $A5_REMOTE_SHELL replaces `ssh -o BatchMode=yes`), in the same directory with
+  the same interpreter, so every node must see the repository and the environment at the same paths. The first node
+  to fail stops the others. Without hosts, start the stage's command on each other node yourself.
 What changes results (`nproc`, `nnodes`, `strategy`) is read from the stage's `--params` file (default params.yaml)
-and validated first; where the processes run (`Placement`: A5_HOSTS, A5_RDZV_ENDPOINT) from the environment, so it is
-in no stage's params and no checkpoint's fingerprint: moving to other nodes reruns nothing, and a killed stage
-resumes there.
+and validated first; where the processes run (`Placement`: SLURM's variables, A5_HOSTS, A5_RDZV_ENDPOINT) from the
+environment, so it is in no stage's params and no checkpoint's fingerprint: moving to other nodes reruns nothing, and
+a killed stage resumes there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,9 +63,44 @@ class Placement:
         return []
 
 
-def command(cfg: DistributedConfig, script: list[str], where: Placement = Placement()) -> list[str]:
+@dataclass(frozen=True)
+class Slurm:
+    """The SLURM allocation this launch runs in (SLURM's variables in the batch script, on node 0)."""
+
+    job_id: str
+    nodes: int  # SLURM_JOB_NUM_NODES
+    head: str  # this node, the batch host: the rendezvous's host (SLURMD_NODENAME)
+    cpus_per_task: str | None = None  # srun no longer inherits sbatch's --cpus-per-task (SLURM 22.05+): passed on
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Slurm | None:
+        """The allocation, or None outside SLURM."""
+        if "SLURM_JOB_ID" not in env:
+            return None
+        nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+        head = env.get("SLURMD_NODENAME") or socket.gethostname()
+        return cls(env["SLURM_JOB_ID"], nodes, head, env.get("SLURM_CPUS_PER_TASK"))
+
+    def problems(self, nnodes: int) -> list[str]:
+        if self.nodes != nnodes:
+            return [
+                f"distributed.nnodes is {nnodes} but SLURM job {self.job_id} has {self.nodes} nodes: set "
+                f"distributed.nnodes to {self.nodes} (-S distributed.nnodes={self.nodes}) or sbatch --nodes={nnodes}"
+            ]
+        return []
+
+    def srun(self, cfg: DistributedConfig, script: list[str], endpoint: str) -> list[str]:
+        """srun with one task per node, each a torchrun of `script` meeting at `endpoint` (this node's host:port)."""
+        argv = ["srun", f"--nodes={cfg.nnodes}", f"--ntasks={cfg.nnodes}", "--ntasks-per-node=1"]
+        argv += ["--kill-on-bad-exit=1", "--export=ALL", f"--chdir={os.getcwd()}"]
+        if self.cpus_per_task:
+            argv.append(f"--cpus-per-task={self.cpus_per_task}")
+        return [*argv, *command(cfg, script, Placement(endpoint), run=f"slurm{self.job_id}")]
+
+
+def command(cfg: DistributedConfig, script: list[str], where: Placement = Placement(), run: str = "") -> list[str]:
     """The argv that runs `script` (a stage script and its arguments) on the section's processes, meeting at
-    `where`'s rendezvous."""
+    `where`'s rendezvous; `run` prefixes the rendezvous id (a SLURM job's)."""
     if cfg.nproc * cfg.nnodes == 1:
         return [sys.executable, *script]
     return [
@@ -70,7 +111,7 @@ def command(cfg: DistributedConfig, script: list[str], where: Placement = Placem
         f"--nproc-per-node={cfg.nproc}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={where.rdzv_endpoint}",
-        f"--rdzv-id={rdzv_id(script)}",
+        f"--rdzv-id={run + '-' if run else ''}{rdzv_id(script)}",
         "--",  # the script's own flags follow (torchrun would take --run for its --run-path)
         *script,
     ]
@@ -120,11 +161,47 @@ def fan_out(hosts: tuple[str, ...], argv: list[str]) -> int:
     return failed
 
 
+SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")
+
+
+def run_srun(argv: list[str], stage: str) -> int:
+    """Run srun, passing its output through and SIGTERM/SIGINT on to it (srun signals every task); when it fails, one
+    line naming the node whose rank failed first (srun's own "srun: error: <node>: task <k>: ..." line)."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, bufsize=1)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _: proc.send_signal(signum))
+    failures = []
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        found = SRUN_ERROR.match(line.strip())
+        if found:
+            failures.append(found.groups())
+    code = proc.wait()
+    if code:
+        first = next((f for f in failures if "Exited with exit code" in f[2]), failures[0] if failures else None)
+        where = f"on node {first[0]} (task {first[1]}: {first[2]})" if first else f"(srun exited with {code})"
+        sys.stderr.write(f"error: {stage} failed {where}; srun stopped every node's ranks\n")
+    return code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def main(argv: list[str] | None = None) -> None:
     script = list(sys.argv[1:] if argv is None else argv)
     if not script or not script[0].endswith(".py"):
         sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
     cfg = load_section(DistributedConfig, "distributed", params_path(script))
+    slurm = Slurm.from_env() if cfg.nnodes > 1 and "A5_HOSTS" not in os.environ else None
+    if slurm is not None:
+        if slurm.problems(cfg.nnodes):
+            sys.exit("error: " + "; ".join(slurm.problems(cfg.nnodes)))
+        endpoint = os.environ.get("A5_RDZV_ENDPOINT") or f"{slurm.head}:{_free_port()}"  # a port per launch
+        sys.stdout.flush()
+        sys.exit(run_srun(slurm.srun(cfg, script, endpoint), Path(script[0]).name))
     where = Placement.from_env() if cfg.nproc * cfg.nnodes > 1 else Placement()  # one process meets no one
     if where.problems(cfg.nnodes):
         sys.exit("error: " + "; ".join(where.problems(cfg.nnodes)))
