@@ -115,3 +115,26 @@ def test_ddp_replicas_start_from_rank_0_and_a_checkpoint_refuses_replicas_that_d
         assert started_equal == "True" and differ == "[1]"
         assert refused.startswith("ddp replicas disagree at step 3: ranks [1] hold other weights than rank 0")
     assert not (tmp_path / "ckpt" / "state").exists()
+
+
+@pytest.mark.parametrize("equal_counts", [False, True])
+def test_ranks_are_dealt_micro_batches_by_tokens(monkeypatch, equal_counts):
+    """Round-robin over a longest-first list gave rank 0 every heaviest group (19 tokens against 11 here); by tokens
+    the busiest rank computes 17 (ddp) or 18 (fsdp2: three groups each, the best such split), every group once."""
+    cost = [10, 9, 8, 1, 1, 1]
+    assert distributed.rank_tokens(cost, 2, equal_counts) == ([12, 18] if equal_counts else [13, 17])
+    groups = [[i] for i in range(len(cost))]
+    dealt = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "world", lambda r=rank: distributed.World(r, 2))
+        dealt[rank] = distributed.deal(groups, sharded=equal_counts, cost=cost)
+    real = sorted(g[0] for rank in dealt.values() for g, w in rank if w == 1.0)
+    assert real == list(range(len(cost)))
+    if equal_counts:  # fsdp2: as many forwards on each rank; none needed a repeat here
+        assert len(dealt[0]) == len(dealt[1]) == 3
+    odd = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "world", lambda r=rank: distributed.World(r, 2))
+        odd[rank] = distributed.deal(groups[:5], sharded=True, cost=cost[:5])
+    repeats = [g for rank in odd.values() for g, w in rank if w == 0.0]
+    assert repeats == [[3]] and len(odd[0]) == len(odd[1]) == 3  # the cheapest group repeated, not the longest

@@ -7,20 +7,22 @@
   index (SamplingConfig.index_offset), so the samples do not depend on the world size. Each rank generates and grades
   its block, and the blocks are gathered in order (`gather`): every rank then holds the whole batch, so group
   advantages, EI's filtering and validation metrics are the single process's.
-- An optimizer step keeps the single-process step's micro-batches and deals them out over ranks (`deal`). Each
-  micro-batch's loss is already its share of the whole step (a5core.model.microbatch.share), so gradients are *summed*:
-  - `ddp`: every rank holds the whole model; gradients are all-reduced in buckets once per optimizer step
-    (`reduce_gradients`). Why not torch's DistributedDataParallel wrapper: a micro-batch with a shared prompt prefix
-    runs two forwards (prefix, then the rest on its KV cache) before one backward, which DDP's reducer refuses.
+- An optimizer step keeps the single-process step's micro-batches and deals them out over ranks by tokens (`deal`,
+  `assign`). Each micro-batch's loss is already its share of the whole step (a5core.model.microbatch.share), so
+  gradients are *summed*, in float32 whatever the weights' dtype (`REDUCE`):
+  - `ddp`: every rank holds the whole model, rank 0's (`broadcast_weights`; `replicas_differ` checks them at each
+    checkpoint); gradients are all-reduced in buckets once per optimizer step (`reduce_gradients`). Why not torch's
+    DistributedDataParallel wrapper: a micro-batch with a shared prompt prefix runs two forwards (prefix, then the
+    rest on its KV cache) before one backward, which DDP's reducer refuses.
   - `fsdp2`: `fully_shard` per decoder layer, then the root; gradients reduce-scatter with divide factor 1 (a sum) in
     every backward. Every forward all-gathers, so every rank runs the same number of forwards: `deal` pads the short
-    ranks with a repeat whose loss weight is 0, and the shared-prompt KV cache (two forwards for some micro-batches,
-    one for others) is off (a5core/model/logprobs.py); a forward that is not `model(...)` (the chunked LM head) runs
-    through `as_forward`, inside the root unit's hooks. The vLLM engine is synced from the shards, one `full_tensor()`
-    at a time (`WholeState`, as TRL's colocate mode does), and rank 0 keeps a whole copy on the CPU for saving; the hf
-    backend generates from a whole copy on each rank (`full_weights`). Checkpoints hold whole state dicts, so a run
-    resumes on any number of ranks; rank 0 alone reads one back and broadcasts it into the shards
-    (a5core.run.checkpoint).
+    ranks with a repeat of the cheapest micro-batch whose loss weight is 0, and the shared-prompt KV cache (two
+    forwards for some micro-batches, one for others) is off (a5core/model/logprobs.py); a forward that is not
+    `model(...)` (the chunked LM head) runs through `as_forward`, inside the root unit's hooks. The vLLM engine is
+    synced from the shards, one `full_tensor()` at a time (`WholeState`, as TRL's colocate mode does), and rank 0
+    keeps a whole copy on the CPU for saving; the hf backend generates from a whole copy on each rank
+    (`full_weights`). Checkpoints hold whole state dicts, so a run resumes on any number of ranks; rank 0 alone
+    reads one back and broadcasts it into the shards (a5core.run.checkpoint).
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
   (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
 """
@@ -147,15 +149,39 @@ def any_rank(flag: bool) -> bool:
     return bool(flag) if world().size == 1 else all_sum({"flag": int(flag)})["flag"] > 0
 
 
-def deal(groups: list[list[int]], sharded: bool) -> list[tuple[list[int], float]]:
-    """This rank's micro-batches of a step as (indices, loss weight): every size-th group from its rank. Under fsdp2
-    (`sharded`: the policy's `is_sharded`), ranks short of one repeat the step's first group with weight 0 (every
-    forward is a collective)."""
+def deal(groups: list[list[int]], sharded: bool, cost: list[int] | None = None) -> list[tuple[list[int], float]]:
+    """This rank's micro-batches of a step as (indices, loss weight), in the step's order. `cost`: each group's tokens
+    (default: its rows); every rank computes the same assignment (`assign`). Under fsdp2 (`sharded`: the policy's
+    `is_sharded`) every rank runs as many forwards (each is a collective): a rank short of one repeats the step's
+    cheapest group with weight 0."""
     w = world()
-    mine = [(g, 1.0) for g in groups[w.rank :: w.size]]
-    if sharded:
-        mine += [(groups[0], 0.0)] * (-(-len(groups) // w.size) - len(mine))
+    cost = [len(g) for g in groups] if cost is None else cost
+    owner = assign(cost, w.size, sharded)
+    mine = [(g, 1.0) for g, r in zip(groups, owner) if r == w.rank]
+    if sharded and groups:
+        cheapest = min(range(len(groups)), key=lambda i: (cost[i], i))
+        mine += [(groups[cheapest], 0.0)] * (-(-len(groups) // w.size) - len(mine))
     return mine
+
+
+def assign(cost: list[int], ranks: int, equal_counts: bool) -> list[int]:
+    """Each group's rank, by tokens (verl balances its ranks by tokens too): the costliest group first, each to the
+    rank with the fewest tokens so far (ties: the lower rank); `equal_counts` (fsdp2) caps every rank at
+    ceil(groups / ranks) groups. Deterministic: every rank computes the same."""
+    cap = -(-len(cost) // ranks) if equal_counts else len(cost)
+    load, count, owner = [0] * ranks, [0] * ranks, [0] * len(cost)
+    for i in sorted(range(len(cost)), key=lambda i: (-cost[i], i)):
+        r = min((r for r in range(ranks) if count[r] < cap), key=lambda r: (load[r], r))
+        owner[i], load[r], count[r] = r, load[r] + cost[i], count[r] + 1
+    return owner
+
+
+def rank_tokens(cost: list[int], ranks: int, equal_counts: bool) -> list[int]:
+    """The tokens each rank computes under `assign` (padding repeats not counted), for the logged spread."""
+    out = [0] * ranks
+    for c, r in zip(cost, assign(cost, ranks, equal_counts)):
+        out[r] += c
+    return out
 
 
 def reduce_gradients(model) -> None:

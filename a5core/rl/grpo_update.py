@@ -84,7 +84,7 @@ def old_log_probs_for(
     `compute` settings; on N ranks each computes its share of the micro-batches and every rank gets them all."""
     mine: list[tuple[int, torch.Tensor]] = []
     groups = _micro_batches(rollouts, list(range(len(rollouts))), micro, compute.cut)
-    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy)):
+    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy), _tokens(rollouts, groups)):
         b = _batch(rollouts, idx, device)
         with distributed.inference(policy), autocast_context(policy, compute.autocast_on):
             lp = get_response_log_probs(
@@ -171,7 +171,8 @@ def optimizer_step(
     t0 = time.monotonic()
     sums: dict[str, float] = {}  # over the micro-batches: loss, clip, entropy, tokens, cells, option/<name>
     groups = _micro_batches(rollouts, idx, cfg.micro_batch_size, compute.cut)
-    for mi, weight in distributed.deal(groups, distributed.is_sharded(policy)):
+    tokens = _tokens(rollouts, groups)
+    for mi, weight in distributed.deal(groups, distributed.is_sharded(policy), tokens):
         for key, value in _micro_step(policy, cfg, rollouts, mi, step_units, device, compute, weight).items():
             sums[key] = sums.get(key, 0) + value
     distributed.reduce_gradients(policy)
@@ -188,4 +189,19 @@ def optimizer_step(
         **{f"train/{k.removeprefix('option/')}": v / n_tok for k, v in sums.items() if k.startswith("option/")},
         "perf/tokens_per_s": sums["real"] / (time.monotonic() - t0),  # real (not padding) positions forwarded per s
         "perf/padding_fraction": 1 - sums["real"] / max(sums["cells"], 1),  # share of forwarded positions padded
+        **_rank_spread(tokens, distributed.is_sharded(policy)),
     }
+
+
+def _tokens(rollouts: RolloutBatch, groups: list[list[int]]) -> list[int]:
+    """Each micro-batch's tokens (prompt and response), by which ranks are balanced."""
+    return [sum(len(rollouts.prompt_ids[i]) + len(rollouts.output_ids[i]) for i in g) for g in groups]
+
+
+def _rank_spread(tokens: list[int], sharded: bool) -> dict:
+    """On N ranks, `perf/rank_tokens_max_over_mean`: the busiest rank's tokens over the mean (1.0: balanced)."""
+    size = distributed.world().size
+    if size == 1:
+        return {}
+    per_rank = distributed.rank_tokens(tokens, size, sharded)
+    return {"perf/rank_tokens_max_over_mean": max(per_rank) * size / max(sum(per_rank), 1)}

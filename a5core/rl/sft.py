@@ -95,7 +95,8 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, 
     groups = micro_batches(batch, cfg.micro_batch_size, compute.cut)
     n_tokens = sum(len(o) for _, o in batch)
     stats = {"loss": 0.0, "entropy_sum": 0.0, "tokens": 0, "padded": 0, "cells": 0}
-    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy)):  # on N ranks, this rank's share
+    tokens = [sum(len(batch[i][0]) + len(batch[i][1]) for i in g) for g in groups]  # ranks are balanced by these
+    for idx, weight in distributed.deal(groups, distributed.is_sharded(policy), tokens):  # this rank's share
         t = tokenize_ids([batch[i][0] for i in idx], [batch[i][1] for i in idx], pad_id)
         ids, labels, mask = t["input_ids"].to(device), t["labels"].to(device), t["response_mask"].to(device)
         lengths = [len(batch[i][0]) + len(batch[i][1]) - 1 for i in idx]  # each row's real positions
