@@ -186,3 +186,14 @@ def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path)
         full_params(tmp_path, distributed__nproc=2), 80, tmp_path / "no-model"
     )  # two_gpu, vllm
     assert not fits and any("layout one_gpu" in line for line in lines)
+
+
+def test_an_asleep_engine_with_cuda_graphs_keeps_its_graph_pool_in_the_plan():
+    """Sleep mode frees the engine's weights and KV cache, not the CUDA-graph pool it captured at start."""
+    graphs, eager = (
+        plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="one_gpu", cuda_graphs=on), 2, 1324, 80)[1]
+        for on in (True, False)
+    )
+    assert graphs.total - eager.total == pytest.approx(plan.CUDA_GRAPH_POOL_GB)
+    assert "engine asleep (CUDA context, CUDA-graph pool)" in graphs.items
+    assert eager.items["engine asleep (CUDA context)"] == plan.CUDA_CONTEXT_GB
