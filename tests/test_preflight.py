@@ -68,6 +68,8 @@ def test_two_gpu_needs_two_gpus_and_bf16_needs_ampere():
     [found] = preflight.problems(_params(), mixed)
     assert "GPU 1 has 7.5" in found and "GPU 0" not in found
     assert preflight.problems(_params(generation__layout="one_gpu"), mixed) == []
+    ranks = _params(generation__layout="one_gpu", distributed__nproc=2)  # each rank on its own GPU
+    assert "GPU 1 has 7.5" in preflight.problems(ranks, mixed)[0]
 
 
 def test_one_gpu_utilization_must_leave_room_for_the_policy_and_the_cuda_context(tmp_path):
@@ -102,6 +104,8 @@ def test_this_machines_facts_and_nvidia_smi_parsing(tmp_path, monkeypatch):
     assert [g.capability for g in preflight.machine().gpus] == [(9, 0)]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert len(preflight.machine().gpus) == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234")  # a slice: counted, its facts unknown (checks skipped)
+    assert preflight.machine().gpus == (Gpu(None, None),)
 
 
 def test_the_plan_is_made_on_the_smallest_card_the_layout_uses(tmp_path):

@@ -53,6 +53,16 @@ def test_an_allocation_of_several_nodes_is_read_from_slurms_variables():
     assert Slurm("77", 3, "gpu07").problems(2) and not slurm.problems(2)
 
 
+def test_under_salloc_the_rendezvous_is_the_allocations_first_node(monkeypatch):
+    """`salloc`'s shell runs on the login node (no SLURMD_NODENAME): the first host of the node list, where srun puts
+    task 0, read with `scontrol show hostnames` (the stand-in in tests/fake_slurm expands the list as SLURM does)."""
+    monkeypatch.setenv("PATH", f"{FAKE_SLURM}{os.pathsep}{os.environ['PATH']}")
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    assert Slurm.from_env(env).head == "gpu07"
+    lost = Slurm.from_env({"SLURM_JOB_ID": "9", "SLURM_JOB_NUM_NODES": "2"})
+    assert lost.head == "" and "set A5_RDZV_ENDPOINT" in lost.problems(2)[0] and not lost.problems(2, "gpu07:29400")
+
+
 def _launch(tmp_path, fail_node: str = "") -> tuple[subprocess.CompletedProcess, float]:
     params = tmp_path / "p.yaml"
     params.write_text("distributed: {nproc: 1, nnodes: 2}\n")

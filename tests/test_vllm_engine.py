@@ -374,6 +374,7 @@ def qwen2(tmp_path_factory, sharp):
     import random
 
     import numpy as np
+    import torch._inductor.config as inductor
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = sharp[1]
@@ -404,6 +405,7 @@ def qwen2(tmp_path_factory, sharp):
             "torch": torch.random.get_rng_state().tolist(),
             "cuda": [s.tolist() for s in cuda],
             "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+            "compile_threads": inductor.compile_threads,
         }
 
     torch.manual_seed(12345)

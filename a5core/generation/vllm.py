@@ -62,18 +62,21 @@ def _keep_torch_threads():
 
 @contextlib.contextmanager
 def _keep_process_state():
-    """Every global RNG's state and TORCHINDUCTOR_COMPILE_THREADS as they were before the block (see the module
-    docstring): vLLM's worker calls `set_random_seed(seed)` when it starts, `import vllm` sets the variable."""
+    """Every global RNG's state, TORCHINDUCTOR_COMPILE_THREADS and inductor's `compile_threads` as they were before the
+    block (see the module docstring): vLLM's worker calls `set_random_seed(seed)` when it starts, `import vllm` sets
+    the variable and the config value."""
     import random
 
     import numpy as np
+    import torch._inductor.config as inductor  # vLLM sets its compile_threads too (read from the variable once)
 
     states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    threads, compile_threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"), inductor.compile_threads
     try:
         yield
     finally:
+        inductor.compile_threads = compile_threads
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.random.set_rng_state(states[2])

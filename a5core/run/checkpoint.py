@@ -36,22 +36,19 @@ def fingerprint(params: Any, inputs: dict[str, str]) -> str:
 
 
 def rng_state() -> dict:
-    """This process's generators: torch's CPU one, every CUDA device's (the full profile's stochastic rounding draws
-    from CUDA's), and Python's (a (version, 625 ints, gauss) tuple: plain data that weights_only can load)."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    """This process's generators: torch's CPU one, its CUDA device's (cuda:<local rank>, the one its stochastic
+    rounding draws from; None without CUDA) and Python's (a (version, 625 ints, gauss) tuple: plain data that
+    weights_only can load)."""
+    cuda = torch.cuda.get_rng_state(distributed.world().local_rank) if torch.cuda.is_available() else None
     return {"torch": torch.get_rng_state(), "cuda": cuda, "python": random.getstate()}
 
 
 def set_rng_state(state: dict) -> None:
+    """Put back `rng_state()`'s generators, the CUDA one into this process's device (on another node or GPU count
+    too: each rank's own device; a checkpoint written without CUDA, or before CUDA's was saved, leaves it)."""
     torch.set_rng_state(state["torch"])
-    cuda = state.get("cuda") or []  # a checkpoint written before CUDA's were saved has none
-    if cuda and torch.cuda.is_available():
-        if len(cuda) != torch.cuda.device_count():
-            raise RuntimeError(
-                f"the checkpoint holds {len(cuda)} CUDA generators and this process sees {torch.cuda.device_count()} "
-                "GPUs: resume with the same CUDA_VISIBLE_DEVICES"
-            )
-        torch.cuda.set_rng_state_all(cuda)
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"], distributed.world().local_rank)
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
 

@@ -49,9 +49,11 @@ class Machine:
 
 
 def used_gpus(params: dict, machine: Machine) -> tuple[Gpu, ...]:
-    """The visible GPUs a run of these params uses: the policy's (cuda:0), and the engine's for vLLM's two_gpu."""
-    gen = params.get("generation") or {}
-    return machine.gpus[: 2 if gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu" else 1]
+    """The visible GPUs a run of these params uses: one per rank of a node (cuda:<local rank>), and the engine's
+    second one for vLLM's two_gpu (one rank)."""
+    gen, dist = params.get("generation") or {}, params.get("distributed") or {}
+    two_gpu = gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu"
+    return machine.gpus[: max(int(dist.get("nproc", 1)), 2 if two_gpu else 1)]
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -115,13 +117,16 @@ def _nvidia_smi() -> list[list[str]]:
 
 def visible_rows(rows: list[list[str]], visible: str | None) -> list[list[str]]:
     """nvidia-smi's rows of the GPUs CUDA_VISIBLE_DEVICES makes visible, in its order: indices (nvidia-smi's, which are
-    CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (GPU-..., a prefix is enough); like CUDA, the list ends at
-    the first entry that names no GPU."""
+    CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (GPU-..., a prefix is enough; a MIG-... slice is listed
+    without facts); like CUDA, the list ends at the first entry that names no GPU."""
     if visible is None:
         return rows
     out = []
     for entry in (e.strip() for e in visible.split(",")):
-        match = [r for r in rows if entry.startswith(("GPU-", "MIG-")) and r[0].startswith(entry)]
+        if entry.startswith("MIG-"):  # a MIG slice: nvidia-smi's GPU rows do not describe it (checks skipped)
+            out.append([entry])
+            continue
+        match = [r for r in rows if entry.startswith("GPU-") and r[0].startswith(entry)]
         if entry.isdigit() and int(entry) < len(rows):
             match = [rows[int(entry)]]
         if not match:

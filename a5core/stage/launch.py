@@ -74,14 +74,20 @@ class Slurm:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Slurm | None:
-        """The allocation, or None outside SLURM."""
+        """The allocation, or None outside SLURM. The rendezvous's host is the allocation's first node, where srun
+        puts task 0: this node in a batch script (SLURMD_NODENAME); under `salloc`, whose shell runs on the login
+        node, the first host of SLURM_JOB_NODELIST (`scontrol show hostnames`, as torchtitan's script reads it)."""
         if "SLURM_JOB_ID" not in env:
             return None
         nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
-        head = env.get("SLURMD_NODENAME") or socket.gethostname()
+        head = env.get("SLURMD_NODENAME") or first_host(env.get("SLURM_JOB_NODELIST", ""))
         return cls(env["SLURM_JOB_ID"], nodes, head, env.get("SLURM_CPUS_PER_TASK"))
 
-    def problems(self, nnodes: int) -> list[str]:
+    def problems(self, nnodes: int, endpoint: str | None = None) -> list[str]:
+        """What stops a launch in this allocation (`endpoint`: A5_RDZV_ENDPOINT, which names the host itself)."""
+        if not self.head and not endpoint:
+            return [f"SLURM job {self.job_id}: no node to meet at (no SLURMD_NODENAME, no SLURM_JOB_NODELIST that "
+                    "scontrol can expand): set A5_RDZV_ENDPOINT=<first node>:<port>"]  # fmt: skip
         if self.nodes != nnodes:
             return [
                 f"distributed.nnodes is {nnodes} but SLURM job {self.job_id} has {self.nodes} nodes: set "
@@ -96,6 +102,17 @@ class Slurm:
         if self.cpus_per_task:
             argv.append(f"--cpus-per-task={self.cpus_per_task}")
         return [*argv, *command(cfg, script, Placement(endpoint), run=f"slurm{self.job_id}")]
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (`gpu[01-02]` -> gpu01), by `scontrol show hostnames`; "" without one."""
+    if not nodelist:
+        return ""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else ""
 
 
 def command(cfg: DistributedConfig, script: list[str], where: Placement = Placement(), run: str = "") -> list[str]:
@@ -166,10 +183,11 @@ SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")
 
 def run_srun(argv: list[str], stage: str) -> int:
     """Run srun, passing its output through and SIGTERM/SIGINT on to it (srun signals every task); when it fails, one
-    line naming the node whose rank failed first (srun's own "srun: error: <node>: task <k>: ..." line)."""
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, bufsize=1)
+    line naming the node whose rank failed first (srun's first "srun: error: <node>: task <k>: ..." line)."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1)
+    # srun ends a step on SIGTERM; a single SIGINT only makes it print the tasks' status (it wants two in a second)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _: proc.send_signal(signum))
+        signal.signal(sig, lambda *_: proc.send_signal(signal.SIGTERM))
     failures = []
     for line in proc.stderr:
         sys.stderr.write(line)
@@ -177,8 +195,8 @@ def run_srun(argv: list[str], stage: str) -> int:
         if found:
             failures.append(found.groups())
     code = proc.wait()
-    if code:
-        first = next((f for f in failures if "Exited with exit code" in f[2]), failures[0] if failures else None)
+    if code:  # srun's first error line: the task that failed first (the others were stopped after it)
+        first = failures[0] if failures else None
         where = f"on node {first[0]} (task {first[1]}: {first[2]})" if first else f"(srun exited with {code})"
         sys.stderr.write(f"error: {stage} failed {where}; srun stopped every node's ranks\n")
     return code
@@ -197,9 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_section(DistributedConfig, "distributed", params_path(script))
     slurm = Slurm.from_env() if cfg.nnodes > 1 and "A5_HOSTS" not in os.environ else None
     if slurm is not None:
-        if slurm.problems(cfg.nnodes):
-            sys.exit("error: " + "; ".join(slurm.problems(cfg.nnodes)))
-        endpoint = os.environ.get("A5_RDZV_ENDPOINT") or f"{slurm.head}:{_free_port()}"  # a port per launch
+        given = os.environ.get("A5_RDZV_ENDPOINT")
+        if slurm.problems(cfg.nnodes, given):
+            sys.exit("error: " + "; ".join(slurm.problems(cfg.nnodes, given)))
+        endpoint = given or f"{slurm.head}:{_free_port()}"  # a port free on the batch host at launch
         sys.stdout.flush()
         sys.exit(run_srun(slurm.srun(cfg, script, endpoint), Path(script[0]).name))
     where = Placement.from_env() if cfg.nproc * cfg.nnodes > 1 else Placement()  # one process meets no one
