@@ -128,9 +128,27 @@ def test_prune_leaves_out_skipped_and_what_only_they_need():
         "docs": pick("docs"),
         "old": pick("old", 'x; python_version < "3"'),
     }
-    res = ob.prune(ob.Resolution(picks, {}, [], []), ["app"], {"kern"}, ob.Target("3.12", "2.11.0"))
+    res = ob.prune(ob.Resolution(picks, {}, [], []), ["app"], {"kern"}, ob.Target("3.12", "2.11.0"), set())
     assert sorted(res.picks) == ["app", "cli", "shared", "web"]
     assert res.skipped == ["docs", "kdep", "kern", "old"]
+    # a requirement the target needs that is neither carried nor the target's own is never dropped silently
+    lost = {**picks, "app": pick("app", "kern", "web[standard]", "shared", "numpy", "missing>=1")}
+    with pytest.raises(ob.BundleError, match="neither carried nor on it: missing$"):
+        ob.prune(ob.Resolution(lost, {}, [], []), ["app"], {"kern"}, ob.Target("3.12", "2.11.0"), {"numpy"})
+
+
+def test_a_bundle_for_another_python_or_torch_is_refused_before_installing(bundle, tmp_path):
+    out, manifest = bundle
+    here = "%d.%d" % sys.version_info[:2]
+    import torch
+
+    torch_here = torch.__version__.split("+")[0]
+    assert ob.target_problems({"target": {"python": here, "torch": torch_here}}, sys.executable) == []
+    found = ob.target_problems({"target": {"python": "3.99", "torch": "0.0.1"}, "vllm": "0.26.0"}, sys.executable)
+    assert found == [
+        f"the bundle is for Python 3.99, {sys.executable} is {here}",
+        f"the bundle is for torch 0.0.1 (vLLM 0.26.0 pins it), here {torch.__version__}",
+    ]
 
 
 def test_the_target_list_reads_freeze_output_and_bare_names():
@@ -170,13 +188,18 @@ def test_the_gpu_machines_bundle_builds_splits_and_installs_for_cp312(tmp_path):
     order = sorted(out.glob("p[0-9]*"))
     random.Random(0).shuffle(order)
     stage, site = tmp_path / "stage", tmp_path / "site"
+
+    def receive(part, *extra):
+        cmd = [sys.executable, str(ROOT / "tools" / "offline_bundle.py"), "receive", str(part), "--stage", str(stage)]
+        cmd += ["--target", str(site), "--python", str(PY312), "--imports", "antlr4", "vllm", *extra]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
     for d in order:
-        got = subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "offline_bundle.py"), "receive", str(d), "--stage", str(stage)]
-            + ["--target", str(site), "--python", str(PY312), "--imports", "antlr4", "vllm"],
-            capture_output=True,
-            text=True,
-        )
+        got = receive(d)
+    # this Python 3.12 has no torch: not the machine the bundle was built for, refused before installing ...
+    assert got.returncode == 2 and "has no torch here: the bundle needs torch 2.11.0" in got.stderr, got.stderr
+    assert not site.exists()
+    got = receive(order[-1], "--force")  # ... and installed when told to (its parts were kept)
     # torch is the target's own, so on this machine vLLM's import chain stops there: vLLM itself was found
     assert "import antlr4: ok" in got.stdout, got.stdout + got.stderr
     assert "import vllm: ModuleNotFoundError: No module named 'torch'" in got.stdout, got.stdout + got.stderr

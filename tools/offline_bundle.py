@@ -28,8 +28,9 @@
 - The bundle: one tar of the wheels, split into parts of `--part-mib`, each part in its own folder with
   `manifest.json` (every wheel's, part's and the whole tar's sha256 and size). `receive` checks each part as it
   arrives (a corrupt part is refused at once), says which parts it has and which it waits for, and after the last
-  joins, verifies, installs and runs the import check (`--imports`, default `vllm a5core`), writing
-  `<target>/a5-bundle.json`.
+  checks that this machine is the one it was built for (its Python and torch; for a slimmed vLLM, a Hopper GPU or
+  newer: `--force` overrides), joins, verifies, installs and runs the import check (`--imports`, default `vllm
+  a5core`) and `pip check`, writing `<target>/a5-bundle.json`.
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from packaging.requirements import Requirement
-from packaging.version import Version
 
 MANIFEST = "manifest.json"
 TAR = "bundle.tar"
@@ -193,6 +191,9 @@ def _pip_error(stderr: str, reqs: list[str]) -> str:
 
 def choose_vllm(target: Target, find_links: Path) -> str:
     """The newest vLLM release whose requirement on torch admits the target's torch."""
+    from packaging.requirements import Requirement  # build only: receive runs with the standard library and pip
+    from packaging.version import Version
+
     listed = _pip(["index", "versions", "vllm"], quiet=False)
     found = re.search(r"Available versions: (.*)", listed.stdout)
     if listed.returncode != 0 or not found:
@@ -209,6 +210,8 @@ def choose_vllm(target: Target, find_links: Path) -> str:
 
 def project_requirements(pyproject: Path, without: set[str]) -> list[str]:
     """The project's runtime dependencies from pyproject.toml, less the named ones and torch (the target's own)."""
+    from packaging.requirements import Requirement
+
     deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     return [d for d in deps if canonical(Requirement(d).name) not in without | {"torch"}]
 
@@ -224,15 +227,22 @@ class Resolution:
     skipped: list[str] = ()  # left out: the --skip names and what only they need
 
 
-def prune(res: Resolution, roots: list[str], skip: set[str], target: Target) -> Resolution:
-    """Leave out the `skip` packages and every package reachable from the roots only through them."""
+def prune(res: Resolution, roots: list[str], skip: set[str], target: Target, have: set[str]) -> Resolution:
+    """Leave out the `skip` packages and every package reachable from the roots only through them. A requirement the
+    target's environment needs that is neither carried, nor the target's (`have`), nor skipped stops the build."""
+    from packaging.requirements import Requirement
+
     reached: set[str] = set()
+    lost: set[str] = set()
     seen: set[tuple[str, str]] = set()  # (package, extra): a package is walked once per extra asked of it
     todo = [Requirement(r) for r in roots]
     while todo:
         req = todo.pop()
         name = canonical(req.name)
-        if name in skip or name not in res.picks:
+        if name in skip or name in have or name == "torch":
+            continue
+        if name not in res.picks:
+            lost.add(name)
             continue
         reached.add(name)
         for extra in [""] + sorted(req.extras):
@@ -243,14 +253,34 @@ def prune(res: Resolution, roots: list[str], skip: set[str], target: Target) -> 
                 dep = Requirement(line)
                 if dep.marker is None or dep.marker.evaluate(target.markers(extra)):
                     todo.append(dep)
+    if lost:
+        raise BundleError(f"required for the target but neither carried nor on it: {', '.join(sorted(lost))}")
     gone = sorted(set(res.picks) - reached)
     return Resolution({n: p for n, p in res.picks.items() if n in reached}, res.kept, res.accepted, res.built, gone)
 
 
-def fake_environment(folder: Path, have: dict[str, str | None]) -> Path:
-    """A bare environment whose installed packages are the target's known versions (metadata only, no requirements),
-    so pip's resolver treats them as installed; returns its interpreter."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+def target_python(version: str) -> str:
+    """An interpreter of the target's Python here (pip evaluates requirements' markers with the interpreter it runs
+    under, whatever --python-version says): python<version> on PATH, or pyenv's; else this one, with a warning."""
+    pyenv = sorted(Path("~/.pyenv/versions").expanduser().glob(f"{version}*/bin/python3"))
+    candidates = [shutil.which(f"python{version}"), *pyenv]
+    for c in candidates:
+        if not c:
+            continue
+        check = [str(c), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+        done = subprocess.run(check, capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return str(c)
+    here = "%d.%d" % sys.version_info[:2]
+    if here != version:
+        print(f"warning: no Python {version} here: markers are evaluated for {here} (pass --env-python)")
+    return sys.executable
+
+
+def fake_environment(folder: Path, have: dict[str, str | None], python: str) -> Path:
+    """A bare environment of `python` whose installed packages are the target's known versions (metadata only, no
+    requirements), so pip's resolver treats them as installed; returns its interpreter."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(folder)], check=True)
     site = next(folder.glob("lib/python3*/site-packages"))
     for name, version in have.items():
         if version is None:
@@ -262,7 +292,9 @@ def fake_environment(folder: Path, have: dict[str, str | None]) -> Path:
     return folder / "bin" / "python"
 
 
-def resolve(roots: list[str], have: dict[str, str | None], target: Target, accept: set[str], links: Path) -> Resolution:
+def resolve(
+    roots: list[str], have: dict[str, str | None], target: Target, accept: set[str], links: Path, python: str
+) -> Resolution:
     """pip's resolver (dry run, the target's tags) over `roots`, in an environment holding the target's packages:
     what it would install is what the bundle carries, except the target's own packages, which are never replaced
     (a conflict stops the build unless the package is in `accept`). Requirements with no wheel are built from their
@@ -270,7 +302,7 @@ def resolve(roots: list[str], have: dict[str, str | None], target: Target, accep
     have = {**have, "torch": target.torch}
     res = Resolution({}, {}, [], [])
     with tempfile.TemporaryDirectory() as tmp:
-        python = fake_environment(Path(tmp) / "env", have)
+        python = fake_environment(Path(tmp) / "env", have, python)
         report = Path(tmp) / "report.json"
         args = ["--python", str(python), "install", "--dry-run", "--report", str(report), "--find-links", str(links)]
         for _ in range(5):
@@ -392,7 +424,9 @@ def build(args: argparse.Namespace) -> dict:
         if not args.no_project:
             roots += project_requirements(Path(args.pyproject), {canonical(n) for n in args.without})
         accept = {canonical(n) for n in args.accept}
-        res = prune(resolve(roots, have, target, accept, links), roots, {canonical(n) for n in args.skip}, target)
+        python = args.env_python or target_python(target.python)
+        resolved = resolve(roots, have, target, accept, links, python)
+        res = prune(resolved, roots, {canonical(n) for n in args.skip}, target, set(have))
         if res.skipped:
             print(f"left out ({len(res.skipped)}): {' '.join(res.skipped)}")
         for line in res.accepted:
@@ -426,7 +460,7 @@ def build(args: argparse.Namespace) -> dict:
 # -------------------------------------------------------------------------------------------------------- receive
 
 
-def receive(part_dir: Path, stage: Path, target: Path, python: str, imports: list[str]) -> str:
+def receive(part_dir: Path, stage: Path, target: Path, python: str, imports: list[str], force: bool = False) -> str:
     """Store one part (checked against its manifest); after the last, join, verify, install and check the imports.
     Returns "waiting" or "installed"."""
     manifest = json.loads((part_dir / MANIFEST).read_text())
@@ -446,10 +480,37 @@ def receive(part_dir: Path, stage: Path, target: Path, python: str, imports: lis
     if missing:
         print(f"waiting for {', '.join(missing)}")
         return "waiting"
-    return install(stage, manifest, target, python, imports)
+    return install(stage, manifest, target, python, imports, force)
 
 
-def install(stage: Path, manifest: dict, target: Path, python: str, imports: list[str]) -> str:
+def target_problems(manifest: dict, python: str) -> list[str]:
+    """Why this machine is not the one the bundle was built for: its Python, its torch (the bundle's vLLM pins it),
+    and, for a bundle slimmed to FlashAttention-3, a GPU older than Hopper (nvidia-smi, when there is one)."""
+    want = manifest.get("target", {})
+    probe = "import sys, importlib.metadata as m; print('%d.%d' % sys.version_info[:2]); print(m.version('torch'))"
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    lines = done.stdout.split()
+    found = []
+    if done.returncode != 0 or len(lines) != 2:
+        return [f"{python} has no torch here: the bundle needs torch {want.get('torch')} installed"]
+    if want.get("python") and lines[0] != want["python"]:
+        found.append(f"the bundle is for Python {want['python']}, {python} is {lines[0]}")
+    if want.get("torch") and lines[1].split("+")[0] != want["torch"]:
+        found.append(f"the bundle is for torch {want['torch']} (vLLM {manifest.get('vllm')} pins it), here {lines[1]}")
+    if manifest.get("slimmed") and shutil.which("nvidia-smi"):
+        caps = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.split()
+        old = [c for c in caps if c.replace(".", "").isdigit() and float(c) < 9.0]
+        if old:
+            found.append(f"the bundle's vLLM was slimmed to FlashAttention-3 (Hopper); this GPU is {old[0]}: --no-slim")
+    return found
+
+
+def install(stage: Path, manifest: dict, target: Path, python: str, imports: list[str], force: bool = False) -> str:
+    problems = target_problems(manifest, python)
+    if problems and not force:
+        raise BundleError("not the machine the bundle was built for (--force installs anyway): " + "; ".join(problems))
     tar = stage / TAR
     h = hashlib.sha256()
     with tar.open("wb") as out:
@@ -476,7 +537,10 @@ def install(stage: Path, manifest: dict, target: Path, python: str, imports: lis
     shutil.rmtree(wheels)
     print(f"installed {len(manifest['wheels'])} wheels into {target}")
     checked = check_imports(target, python, imports)
-    (target / "a5-bundle.json").write_text(json.dumps({**manifest, "imports": checked}, indent=1))
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    pip_check = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, env=env).stdout
+    record = {**manifest, "imports": checked, "pip_check": pip_check.splitlines(), "target_problems": problems}
+    (target / "a5-bundle.json").write_text(json.dumps(record, indent=1))
     failed = [m for m, r in checked.items() if not r.startswith("ok")]
     if failed:
         raise BundleError("installed, but " + "; ".join(f"import {m}: {checked[m]}" for m in failed))
@@ -512,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--skip", nargs="*", default=list(SKIP), help="requirements to leave out (default: SKIP)")
     b.add_argument("--no-project", action="store_true", help="vLLM only, not the project's dependencies")
     b.add_argument("--no-slim", action="store_true", help="keep vLLM's wheel whole")
+    b.add_argument("--env-python", help="an interpreter of the target's Python (default: found here)")
     b.add_argument("--part-mib", type=float, default=42, help="the largest part, in MiB")
     b.add_argument("--pyproject", default=str(Path(__file__).resolve().parents[1] / "pyproject.toml"))
     b.add_argument("--out", default=".bundle", help="the parts' folder: <out>/p0, p1, ...")
@@ -521,12 +586,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--target", type=Path, default=Path(tempfile.gettempdir()) / "site")
     r.add_argument("--python", default=sys.executable, help="the interpreter to install for (pip --target)")
     r.add_argument("--imports", nargs="*", default=["vllm", "a5core"], help="modules to import after installing")
+    r.add_argument("--force", action="store_true", help="install on a machine other than the one built for")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
             build(args)
         else:
-            receive(args.part, args.stage, args.target, args.python, args.imports)
+            receive(args.part, args.stage, args.target, args.python, args.imports, args.force)
     except BundleError as e:
         print(f"offline_bundle: {e}", file=sys.stderr)
         return 2

@@ -7,9 +7,9 @@
 #                                         #   the micro-batch budget's settings
 #   bash bench/gpu/step.sh 3              # one full-profile GRPO step (256 rollouts), its time split
 #
-# Each step has its own time limit (STEP_LIMITS, seconds) inside the run's, writes its outputs and a log under $OUT,
-# and appends {"step", "rc", "seconds"} to $OUT/steps.jsonl. Work files live in $A5_GPU_WORK (default /tmp/a5-gpu,
-# kept while the machine stays warm: the model folder of step 1 serves steps 2 and 3).
+# Each step has its own time limit (STEP_LIMITS, seconds; SIGKILL 10 s after SIGTERM) inside the run's, writes its
+# outputs and a log under $OUT, and appends {"step", "rc", "seconds"} to $OUT/steps.jsonl. Work files live in
+# $A5_GPU_WORK (default /tmp/a5-gpu, kept while the machine stays warm: the model folder of step 1 serves steps 2 and 3).
 # A5_GPU_DRY_RUN=1: the CPU dry run (tests/test_gpu_sequence.py): the same steps at tiny sizes, vLLM's CPU build and
 # this environment's packages (step 0 installs into a scratch folder and checks the import of a5core only).
 set -uo pipefail
@@ -24,13 +24,20 @@ declare -A STEP_LIMITS=([0]=150 [1]=230 [2]=230 [3]=230)
 SIZE=full
 FLAGS=()
 ROLLOUTS=64  # step 2's GRPO steps (a quarter of the full profile's batch: the budget part times 5 settings)
-if [ "$DRY" = 1 ]; then SIZE=tiny; FLAGS=(--dry-run); ROLLOUTS=8; fi
+if [ "$DRY" = 1 ]; then  # the CPU, shared with whatever else runs there: the limits are the GPU's concern
+    SIZE=tiny; FLAGS=(--dry-run); ROLLOUTS=8; STEP_LIMITS=([0]=500 [1]=500 [2]=500 [3]=500)
+fi
 export PYTHONPATH="$SITE:$ROOT" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 VLLM_HOST_IP=127.0.0.1 TOKENIZERS_PARALLELISM=false
 step=${1:?usage: bash bench/gpu/step.sh 0 PART_DIR | 1 | 2 | 3}
 limit=${STEP_LIMITS[$step]:?no step $step}
 log="$OUT/step$step.log"
 start=$(date +%s)
+
+bundled() {  # steps 1-3 need the bundle step 0 installed (gone if the machine went back between runs)
+    [ "$DRY" = 1 ] || [ -f "$SITE/a5-bundle.json" ] || {
+        echo "no bundle in $SITE (the machine went cold?): run step 0 for every part again"; return 2; }
+}
 
 model() {  # the random-weights folder steps 1-3 share (built once per warm machine)
     [ -f "$WORK/qwen/config.json" ] || "$PY" "$ROOT/bench/gpu/prepare.py" model --out "$WORK/qwen" --size "$SIZE"
@@ -45,24 +52,28 @@ run_step() {
             --target "$SITE" --python "$PY" --imports "${imports[@]}"
         ;;
     1)
+        bundled || return 2
         model || return 3
         "$PY" "$ROOT/bench/vllm_check.py" --model "$WORK/qwen" --out "$OUT/vllm_check.json" --cycles 2 \
             --prompts 16 --n 8 --max-tokens 256 --greedy-prompts 4 --greedy-tokens 32
         ;;
     2)
+        bundled || return 2
         model || return 3
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
         "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
         local rc=0
-        timeout 60 "$PY" "$ROOT/bench/gpu_budget.py" --tokenizer "$WORK/qwen" --out "$OUT/learner_distributed.json" \
-            --parts distributed --rollouts "$ROLLOUTS" "${FLAGS[@]}" || rc=$?
-        timeout 45 "$PY" "$ROOT/bench/gpu_check.py" --tokenizer "$WORK/qwen" --out "$OUT/learner_memory.json" \
+        # --foreground: each part stays in the step's process group, so the step's own limit reaches it too
+        timeout --foreground -k 10 60 "$PY" "$ROOT/bench/gpu_budget.py" --tokenizer "$WORK/qwen" \
+            --out "$OUT/learner_distributed.json" --parts distributed --rollouts "$ROLLOUTS" "${FLAGS[@]}" || rc=$?
+        timeout --foreground -k 10 45 "$PY" "$ROOT/bench/gpu_check.py" --tokenizer "$WORK/qwen" --out "$OUT/learner_memory.json" \
             --parts memory "${FLAGS[@]}" || rc=$?
-        timeout 110 "$PY" "$ROOT/bench/gpu_budget.py" --tokenizer "$WORK/qwen" --out "$OUT/learner_budget.json" \
+        timeout --foreground -k 10 110 "$PY" "$ROOT/bench/gpu_budget.py" --tokenizer "$WORK/qwen" --out "$OUT/learner_budget.json" \
             --parts budget --rollouts "$ROLLOUTS" "${FLAGS[@]}" || rc=$?
         return $rc
         ;;
     3)
+        bundled || return 2
         model || return 3
         mkdir -p "$WORK/step3/data/external/math" && cd "$WORK/step3" || return 3
         cp "$ROOT"/tests/fixtures/math/*.jsonl data/external/math/
@@ -85,7 +96,7 @@ if [ -n "${A5_STEP_INNER:-}" ]; then  # the step itself, under the limit below
     run_step "$@"
     exit $?
 fi
-A5_STEP_INNER=1 timeout "$limit" bash "$0" "$@" > "$log" 2>&1
+A5_STEP_INNER=1 timeout -k 10 "$limit" bash "$0" "$@" > "$log" 2>&1
 rc=$?
 seconds=$(( $(date +%s) - start ))
 echo "{\"step\": $step, \"rc\": $rc, \"seconds\": $seconds}" >> "$OUT/steps.jsonl"
