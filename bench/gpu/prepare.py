@@ -55,18 +55,15 @@ def merge(base: dict, edits: dict) -> dict:
 
 def model(out: Path, size: str) -> dict:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from a5core.model.loading import build_tiny_model
     from a5core.run.plan import KNOWN
-    from bench.gpu_check import dry_run_arch
+    from bench.gpu_check import build_model, dry_run_arch
 
     tokenizer = build_tiny_model()[1]
     arch = dict(KNOWN[QWEN]) if size == "full" else dry_run_arch(tokenizer)
-    config = Qwen2Config(**arch, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6)
-    torch.manual_seed(0)
     dtype = torch.bfloat16 if size == "full" else torch.float32
-    net = Qwen2ForCausalLM(config).to(dtype)
+    net = build_model(arch, torch.device("cpu")).to(dtype)  # gpu_check's Qwen2 (seed 0, bf16), float32 when tiny
     net.save_pretrained(out)
     tokenizer.save_pretrained(out)
     params = sum(p.numel() for p in net.parameters())
