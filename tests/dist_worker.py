@@ -116,7 +116,8 @@ def sft_case(model, tok, how: How, norm: str, micro: int) -> dict:
 
 def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW) -> dict:
     """Two AdamW steps straight, and the second again after the first's state went through the Checkpointer (whole
-    tensors: fsdp2 gathers them, and rank 0 alone reads them back and broadcasts them into the shards)."""
+    tensors from one process or ddp; under fsdp2 each rank's shards, in a distributed checkpoint). Then a state cut
+    short (its shard file, its state.pt) is not resumed from."""
     cfg = GRPOConfig(rollout_batch_size=6, group_size=3, train_batch_size=6, gradient_accumulation_steps=2)
     batch, cpu = rollouts(tok), torch.device("cpu")
     m = fresh(model, how)
@@ -140,12 +141,17 @@ def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW)
         torch.load = load
     optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
     restored = [(state["step"], state["history"])]
-    if distributed.is_main():  # a truncated file: every rank starts afresh (rank 0 alone may have read it)
-        (folder / "state" / "state.pt").write_bytes(b"PK\x03\x04")
-    distributed.barrier()
-    fresh_start = [Checkpointer(folder, "fp", every=1).load() is None]
+    shards = sorted(p.name for p in (folder / "state" / "dcp").glob("*"))  # fsdp2's distributed checkpoint
+    fresh_start = []
+    for cut in ("dcp/__1_0.distcp", "state.pt") if shards else ("state.pt",):
+        Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
+        if distributed.is_main():  # a truncated file: every rank starts afresh (rank 0 alone may have read it)
+            (folder / "state" / cut).write_bytes(b"PK\x03\x04")
+        distributed.barrier()
+        fresh_start.append(Checkpointer(folder, "fp", every=1).load() is None)
     return {"straight": flat_weights(m), "resumed": flat_weights(m2), "readers": distributed.gather(reads),
-            "restored": distributed.gather(restored), "fresh_start": distributed.gather(fresh_start)}  # fmt: skip
+            "restored": distributed.gather(restored), "fresh_start": distributed.gather([fresh_start]),
+            "shards": shards}  # fmt: skip
 
 
 def cross_case(model, tok, how: How, write: Path, read: str | None) -> dict:

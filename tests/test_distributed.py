@@ -39,6 +39,8 @@ def runs(tmp_path_factory) -> dict:
         out[strategy] = _run(command(DistributedConfig(nproc=2, strategy=strategy), script), tmp / f"{strategy}.pt")
     back = [sys.executable, WORKER, "--cross-only", "--cross-read", str(tmp / "cross_fsdp2_2")]
     out["back"] = _run(back, tmp / "back.pt")  # one process resumes from the fsdp2 ranks' checkpoint
+    three = [WORKER, "--strategy", "fsdp2", "--cross-only", "--cross-read", str(tmp / "cross_fsdp2_2")]
+    out["three"] = _run(command(DistributedConfig(nproc=3, strategy="fsdp2"), three), tmp / "three.pt")  # resharded
     return out
 
 
@@ -110,14 +112,17 @@ def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
 def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
-    """Through the Checkpointer: every rank resumes at the saved step and history; under fsdp2 rank 0 alone reads
-    the file (the others' shards come from its broadcast), elsewhere every rank reads it."""
+    """Through the Checkpointer: every rank resumes at the saved step and history. Under fsdp2 each rank wrote its
+    own shards (torch's distributed checkpoint: one file per rank) and reads them back, and rank 0 alone reads
+    state.pt; elsewhere every rank reads state.pt, which holds the whole weights."""
     resume = runs[strategy]["resume"]
     assert torch.equal(resume["resumed"], resume["straight"])
     assert resume["readers"] == {"single": [0], "ddp": [0, 1], "fsdp2": [0]}[strategy]
+    assert resume["shards"] == ([".metadata", "__0_0.distcp", "__1_0.distcp"] if strategy == "fsdp2" else [])
     ranks = 1 if strategy == "single" else 2
     assert resume["restored"] == [(1, [{"step": 1}])] * ranks
-    assert resume["fresh_start"] == [True] * ranks  # an unreadable state: no rank resumes from it
+    cuts = 2 if strategy == "fsdp2" else 1  # a cut shard file (fsdp2), a cut state.pt: no rank resumes from it
+    assert resume["fresh_start"] == [[True] * cuts] * ranks
     assert torch.allclose(resume["straight"], runs["single"]["resume"]["straight"], rtol=0, atol=2e-6)  # 2 AdamW
     kahan = runs[strategy]["resume_kahan"]  # KahanAdamW's state (compensation buffer, int step) resumes too
     assert torch.equal(kahan["resumed"], kahan["straight"]) and kahan["restored"] == [(1, [{"step": 1}])] * ranks
@@ -126,9 +131,11 @@ def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
 @pytest.mark.slow
 def test_a_checkpoint_resumes_in_another_layout_and_world_size(runs):
     """Written by one process (optimizer state by index), resumed on 2 ddp or fsdp2 ranks (by name); written by 2
-    fsdp2 ranks, resumed by one process: the second step is the two straight steps' (2 AdamW steps, as above)."""
+    fsdp2 ranks (a distributed checkpoint), resumed by one process and resharded onto 3 fsdp2 ranks: the second
+    step is the two straight steps' (2 AdamW steps, as above)."""
     straight = runs["single"]["resume"]["straight"]
-    for who in ("ddp", "fsdp2", "back"):
+    assert runs["three"]["world"] == 3
+    for who in ("ddp", "fsdp2", "back", "three"):
         got = runs[who]["cross"]
         assert got["step"] == 1 and torch.allclose(got["resumed"], straight, rtol=0, atol=2e-6), who
 

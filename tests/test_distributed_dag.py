@@ -3,7 +3,8 @@ a folder remote (docs/scaling-out.md, "A grid over machines"): two machines each
 ran; a collector's `dvc repro --pull` of the whole DAG runs neither of them nor anything upstream, restores their
 outputs byte for byte and runs the rest on 2 ranks, rank 0 alone writing. SFT on 2 ranks (ddp), on 1 and under fsdp2
 give the same weights to float tolerance; a 2-rank SFT stage killed with SIGKILL resumes to the uninterrupted run's
-bytes on 2 ranks and to its weights on 1, and a 2-rank GRPO stage to its bytes on 2."""
+bytes on 2 ranks and to its weights on another rank count (ddp on 1, fsdp2 resharded onto 3), and a 2-rank GRPO stage
+to its bytes on 2."""
 
 from __future__ import annotations
 
@@ -111,17 +112,29 @@ def _launch(cmd: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_one(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_another_count(tmp_path, strategy):
+    """ddp's checkpoint holds whole tensors and resumes on 1 process; fsdp2's is torch's distributed checkpoint (a
+    shard file per rank, no whole copy) and resumes resharded onto 3 ranks."""
     work, params, env = kill_repo(tmp_path, nproc=2)
+    params["distributed"]["strategy"] = strategy
+    (work / "kill.yaml").write_text(yaml.safe_dump(params))
     run = stage_runs(lambda name: _launch(sft_cmd(name)), work, env)
     assert 0 < straight_killed_resumed(run, 5).killed_at < 24
     assert tree_digest(work / "models" / "resumed") == tree_digest(work / "models" / "straight")  # byte for byte
     assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")
-    assert 0 < run("other_n", 5) < 24  # killed on 2 ranks
-    one = {**params, "distributed": {**params["distributed"], "nproc": 1}}
-    (work / "one.yaml").write_text(yaml.safe_dump(one))
-    ok(subprocess.run(_launch(sft_cmd("other_n", "one.yaml")), cwd=work, env=env, capture_output=True, text=True))
-    _close(work / "models" / "other_n", work / "models" / "straight", atol=1e-5)  # the 2-rank checkpoint, on 1
+    killed_at = run("other_n", 5)  # killed on 2 ranks
+    assert 0 < killed_at < 24
+    shards = sorted(p.name for p in (work / "scratch" / "other_n" / "state" / "dcp").glob("*.distcp"))
+    assert shards == (["__0_0.distcp", "__1_0.distcp"] if strategy == "fsdp2" else [])
+    timing = work / "run_records" / "other_n" / "timing_train.csv"  # the steps' wall-clock seconds
+    before = timing.read_text().splitlines()[: 1 + killed_at]
+    nproc = {"ddp": 1, "fsdp2": 3}[strategy]
+    other = {**params, "distributed": {**params["distributed"], "nproc": nproc}}
+    (work / "other.yaml").write_text(yaml.safe_dump(other))
+    ok(subprocess.run(_launch(sft_cmd("other_n", "other.yaml")), cwd=work, env=env, capture_output=True, text=True))
+    assert timing.read_text().splitlines()[: 1 + killed_at] == before  # resumed: a fresh start measures anew
+    _close(work / "models" / "other_n", work / "models" / "straight", atol=1e-5)  # the 2-rank checkpoint, resumed
 
 
 def _grpo_cmd(out: str) -> list[str]:

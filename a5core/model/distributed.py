@@ -21,8 +21,9 @@
     `model(...)` (the chunked LM head) runs through `as_forward`, inside the root unit's hooks. The vLLM engine is
     synced from the shards, one `full_tensor()` at a time (`WholeState`, as TRL's colocate mode does), and rank 0
     keeps a whole copy on the CPU for saving; the hf backend generates from a whole copy on each rank
-    (`full_weights`). Checkpoints hold whole state dicts, so a run resumes on any number of ranks; rank 0 alone
-    reads one back and broadcasts it into the shards (a5core.run.checkpoint).
+    (`full_weights`). Checkpoints are torch's distributed checkpoint (`save_sharded`): each rank writes its own
+    shards, and any layout and world size loads them back, resharded (`load_sharded`); a whole-state checkpoint (one
+    process's, ddp's) is read by rank 0 alone and broadcast into the shards (`load_states`; a5core.run.checkpoint).
 - Logged sums (loss, tokens, entropy, clip counts) are all-reduced (`all_sum`); clipping sees the global norm
   (replicated gradients under ddp, DTensors under fsdp2). Rank 0 alone writes files (`is_main`).
 """
@@ -385,6 +386,30 @@ def load_states(policy, opt, model: dict, optim: dict) -> None:
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)  # rank 0's copy, re-sharded
     set_model_state_dict(policy, model, options=options)
     set_optimizer_state_dict(policy, opt, _rekeyed(policy, opt, optim, by_name=True), options=options)
+
+
+def save_sharded(policy, opt, folder) -> None:
+    """fsdp2: the weights and optimizer state into `folder` with torch.distributed.checkpoint, each rank writing
+    its own shards (no rank gathers the whole state; a collective, and every rank needs `folder`: a shared filesystem
+    across nodes). Keys are parameter names, so `load_sharded` reshards them onto any layout and world size."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, optim = get_state_dict(policy, opt)
+    dcp.save({"model": model, "optimizer": optim}, checkpoint_id=folder)
+
+
+def load_sharded(policy, opt, folder) -> None:
+    """`save_sharded`'s checkpoint back into `policy` and `opt` in this run's layout (fsdp2 on any number of ranks,
+    ddp, one process): each rank reads the pieces of the saved shards that its own tensors cover. An optimizer
+    without state gets it from a zero-learning-rate step first (torch's `_init_optim_state`): DCP loads in place."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model, optim = get_state_dict(policy, opt)
+    state = {"model": model, "optimizer": optim}
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(policy, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def _rekeyed(policy, opt, optim: dict, by_name: bool) -> dict:

@@ -1,9 +1,14 @@
 """Resumable training state in a scratch folder outside DVC's cache.
 
-The folder holds `fingerprint.txt` (a hash of the run's params and inputs) and `state/` (model, optimizer,
-scheduler, RNG states, step, history so far), replaced atomically: written to `state.tmp/`, then renamed. A run
-whose fingerprint differs starts fresh (the old state is deleted). A SIGKILL at any moment leaves either the
-previous complete state or the new one.
+The folder holds `fingerprint.txt` (a hash of the run's params and inputs) and `state/`, replaced atomically:
+written to `state.tmp/`, then renamed. A run whose fingerprint differs starts fresh (the old state is deleted). A
+SIGKILL at any moment leaves either the previous complete state or the new one.
+
+- `state/state.pt`: scheduler, RNG states, step, history so far; with one process or ddp also the whole model and
+  optimizer state (rank 0 writes it).
+- `state/dcp/` under fsdp2 instead: torch.distributed.checkpoint's files, each rank's shards written by that rank
+  (a5core.model.distributed.save_sharded), resharded on load onto any layout and world size. `state.pt` lists their
+  sizes, so a shard file cut short by a full disk makes the state unreadable, as a cut `state.pt` does.
 
 States are loaded with `torch.load(weights_only=True)`: only tensors and plain containers, so a crafted file in
 `scratch/` cannot run code. A state that fails to load (truncated by a full disk, say) is moved aside with a
@@ -62,14 +67,28 @@ def _this_ranks(rng) -> dict:
     return rng[w.rank] if len(rng) == w.size else rng[0]
 
 
+SHARDS = "dcp"  # fsdp2's distributed checkpoint, a folder beside state.pt
 WHOLE = ("model", "optimizer")  # the whole-tensor parts of a state, which fsdp2 loads from rank 0 by broadcast
+
+
+def _shard_files(folder: Path) -> dict[str, int]:
+    """{file name: bytes} of a distributed checkpoint's folder ({} when there is none)."""
+    return {f.name: f.stat().st_size for f in sorted(folder.iterdir())} if folder.is_dir() else {}
 
 
 def _read(path: Path, sharded: bool) -> tuple[dict | None, Exception | None]:
     """(state, the error that made it unreadable). Every rank reads the file, but under fsdp2 (`sharded`) rank 0
-    alone: the others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- `distributed.load_states`
-    then streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's whole AdamW state, ~84
-    GB, would need ~670 GB of host memory on one node)."""
+    alone: the others get the small parts (step, RNG, history) from it, and `WHOLE` as {} -- for a whole-state file
+    `distributed.load_states` then streams rank 0's tensors into their shards (why: 8 ranks each holding a 7B model's
+    whole AdamW state, ~84 GB, would need ~670 GB of host memory on one node). A state whose `SHARDS` files are not
+    the sizes it lists is unreadable on the ranks that see so."""
+    state, err = _read_file(path, sharded)
+    if state is not None and "shards" in state and _shard_files(path.parent / SHARDS) != state["shards"]:
+        state, err = None, RuntimeError(f"the files of {path.parent / SHARDS} are missing or cut short")
+    return state, err
+
+
+def _read_file(path: Path, sharded: bool) -> tuple[dict | None, Exception | None]:
     state, err = None, None
     if distributed.is_main() or not sharded:
         try:
@@ -90,6 +109,7 @@ class Checkpointer:
 
     def __init__(self, folder: str | Path, fp: str, every: int):
         self.folder, self.every = Path(folder), every
+        self.loaded: Path | None = None  # the state folder `load` read (state/, or state.old/ after a kill)
         fp_file = self.folder / "fingerprint.txt"
         if distributed.is_main():  # one writer; the other ranks only read, after it (barrier)
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -109,6 +129,7 @@ class Checkpointer:
                 continue
             state, err = _read(path, sharded)
             if not distributed.any_rank(err is not None):
+                self.loaded = path.parent
                 return state
             if distributed.is_main():
                 aside = self.folder / f"{name}.corrupt-{int(time.time())}"
@@ -131,10 +152,16 @@ class Checkpointer:
             self._write(state)
         distributed.barrier()
 
-    def _write(self, state: dict) -> None:
-        tmp, final, old = self.folder / "state.tmp", self.folder / "state", self.folder / "state.old"
+    def _fresh_tmp(self) -> Path:
+        tmp = self.folder / "state.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+        return tmp
+
+    def _write(self, state: dict, tmp: Path | None = None) -> None:
+        """`state` to state.pt in `tmp` (made afresh when None), then `tmp` becomes `state/`."""
+        tmp = tmp or self._fresh_tmp()
+        final, old = self.folder / "state", self.folder / "state.old"
         torch.save(state, tmp / "state.pt")
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
@@ -146,7 +173,8 @@ class Checkpointer:
 
     def save_training(self, policy, optimizer, step: int, history: list, scheduler=None, **extra) -> None:
         """Save everything a training loop needs to continue after step `step` (`history`: RunHistory.state()).
-        Under ddp the replicas' weights are checked first (a checksum each): ranks that drifted apart stop the run."""
+        Under ddp the replicas' weights are checked first (a checksum each): ranks that drifted apart stop the run.
+        Under fsdp2 each rank writes its shards to `state.tmp/dcp/` first, then rank 0 the rest and the rename."""
         drifted = distributed.replicas_differ(policy)
         if drifted:
             raise RuntimeError(
@@ -154,8 +182,6 @@ class Checkpointer:
                 "of every parameter); nothing was saved"
             )
         state = {
-            "model": distributed.model_state(policy),  # whole tensors, also under fsdp2 (any world size resumes)
-            "optimizer": distributed.optimizer_state(policy, optimizer),
             "rng": distributed.gather([rng_state()]),  # each rank's: under ddp rank r draws from cuda:r's generator
             "step": step,
             "history": history,
@@ -163,14 +189,27 @@ class Checkpointer:
         }
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
-        self.save(state)
+        if not distributed.is_sharded(policy):
+            state["model"] = distributed.model_state(policy)
+            state["optimizer"] = distributed.optimizer_state(policy, optimizer)
+            return self.save(state)
+        tmp = self._fresh_tmp() if distributed.is_main() else None
+        distributed.barrier()
+        shards = self.folder / "state.tmp" / SHARDS
+        distributed.save_sharded(policy, optimizer, shards)  # a collective: every rank's files are written after it
+        if distributed.is_main():
+            self._write({**state, "shards": _shard_files(shards)}, tmp)
+        distributed.barrier()
 
     def restore_training(self, policy, optimizer, scheduler=None) -> dict:
         """Load the last saved state into the objects and return it ({} when there is none)."""
         state = self.load(distributed.is_sharded(policy))
         if not state:
             return {}
-        distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
+        if "shards" in state:  # fsdp2 wrote it: every rank reads its part, in whatever layout this run has
+            distributed.load_sharded(policy, optimizer, self.loaded / SHARDS)
+        else:
+            distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
         set_rng_state(_this_ranks(state["rng"]))
