@@ -148,13 +148,17 @@ def _grpo_cmd(out: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
-    """GRPO's checkpoint (weights, AdamW, history, the step) written by 2 ranks and resumed by 2 (the initial
-    validation's no-grad forwards come before the optimizer is made): the same model folder and results as the
-    uninterrupted run, byte for byte."""
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path, staleness):
+    """GRPO's checkpoint (weights, AdamW, history, the step; with grpo.max_staleness 1 the rollouts in flight)
+    written by 2 ranks and resumed by 2 (the initial validation's no-grad forwards come before the optimizer is made):
+    the same model folder and results as the uninterrupted run, byte for byte. With staleness 1 one process trains
+    to the same weights (float tolerance), each rank having generated its block in its rollout thread."""
     work, params, env = kill_repo(tmp_path, nproc=2)
     # the smoke model earns no reward, so an entropy bonus gives every step a gradient (weights that move)
     params["grpo"].update(n_grpo_steps=6, eval_every=0, checkpoint_every=1, entropy_coef=0.05)
+    if staleness:
+        params["grpo"].update(max_staleness=1, tis_cap=2.0)
     (work / "kill.yaml").write_text(yaml.safe_dump(params))
     timing = work / "run_records" / "resumed" / "timing_train.csv"  # wall-clock seconds of each step
     before = []  # the killed process's timings of the steps up to its checkpoint
@@ -174,3 +178,10 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path):
     assert all(float(r["train/grad_norm"]) > 0 for r in read_log(work / "results" / "straight" / "logs" / "train.csv"))
     assert tree_digest(work / "models" / "resumed") == tree_digest(work / "models" / "straight")
     assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")
+    rows = read_log(work / "results" / "straight" / "logs" / "train.csv")
+    assert [int(float(r.get("rollout/staleness") or 0)) for r in rows] == [0] + [staleness] * 5
+    if staleness:
+        one = {**params, "distributed": {**params["distributed"], "nproc": 1}}
+        (work / "kill.yaml").write_text(yaml.safe_dump(one))
+        ok(subprocess.run(_grpo_cmd("one"), cwd=work, env=env, capture_output=True, text=True))
+        _close(work / "models" / "one", work / "models" / "straight", atol=1e-5)

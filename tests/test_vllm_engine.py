@@ -451,3 +451,22 @@ def test_qwen2s_fused_qkv_biases_are_synced_and_checked_exactly(qwen2):
 
 def _whole(model):
     return vllm_backend._whole(list(model.state_dict().items()))
+
+
+def test_asynchronous_rollouts_come_from_the_version_the_rule_names(engine, restore, tmp_path, monkeypatch):
+    """grpo.max_staleness 1 on the real engine, generating in the loop's rollout thread while the learner trains:
+    step 0's rollouts are version 0's and step k's version k-1's. The engine's sampled-token log-probs are that
+    version's (to the kernels' numerics) and ten times further from the next version's."""
+    from tests.support.loops import Recorder, grpo_cfg, max_gap, run_grpo, sampled_log_probs
+
+    backend, model, tok = engine
+    rec = Recorder(monkeypatch, restore)
+    cfg = grpo_cfg(n_grpo_steps=3, max_tokens=6, entropy_coef=0.05, lr=1e-2, max_staleness=1, tis_cap=2.0)
+    _, history = run_grpo(restore, tok, tmp_path, cfg, backend=backend)
+    assert [r["rollout/staleness"] for r in history.rows["train"]] == [0, 1, 1]
+    for step, samples in enumerate(rec.samples):
+        made_by = [torch.tensor(s.token_logprobs) for s in samples]
+        gaps = [max_gap(made_by, sampled_log_probs(model, rec.versions[v], tok, samples)) for v in range(step + 1)]
+        rule = max(step - 1, 0)
+        assert gaps[rule] < 1e-3, (step, gaps)
+        assert all(gap > 10 * gaps[rule] for v, gap in enumerate(gaps) if v != rule), (step, gaps)

@@ -125,6 +125,22 @@ def distributed_problems(params: dict) -> list[str]:
     return found
 
 
+def staleness_problems(params: dict) -> list[str]:
+    """grpo.max_staleness 1 where nothing would overlap: a vLLM engine colocated with the learner sleeps while it
+    trains (generation.layout one_gpu), so the rollouts would only be staler."""
+    gen = params.get("generation") or {}
+    if gen.get("backend") != "vllm" or gen.get("layout") != "one_gpu":
+        return []
+    runs = {"grpo": params.get("grpo") or {}}
+    runs |= {f"grpo_runs.{n}": {**runs["grpo"], **(o or {})} for n, o in (params.get("grpo_runs") or {}).items()}
+    return [
+        f"{name}.max_staleness 1 with generation.layout one_gpu: the colocated engine sleeps while the policy trains, "
+        "so nothing overlaps and the rollouts are only staler; use layout two_gpu or max_staleness 0"
+        for name, run in runs.items()
+        if run.get("max_staleness")
+    ][:1]
+
+
 def problems(params: dict, path: str | Path) -> list[str]:
     """Every problem of what `params` (read from `path`) points at. Files and folders are checked only for a
     project's params file (a dvc.yaml beside it): a profile in conf/profile/ may name data not fetched yet."""
@@ -135,6 +151,7 @@ def problems(params: dict, path: str | Path) -> list[str]:
         *(init_policy_problems(params, root) if in_project else []),
         *reward_fn_problems(params),
         *distributed_problems(params),
+        *staleness_problems(params),
         *replicate_problems(params),
     ]
 

@@ -36,6 +36,9 @@ class Backend(Protocol):
     def sync_weights(self, policy) -> None:
         """Make the engine generate with `policy`'s current weights."""
 
+    def keep_own_weights(self) -> None:
+        """Generate from weights of the engine's own, which only a sync changes (asynchronous rollouts)."""
+
 
 def request_seed(seed: int, prompt_index: int, sample_index: int = 0) -> int:
     """The seed of one request's random stream: distinct per (seed, prompt, sample), stable across batchings."""

@@ -4,8 +4,10 @@ A hand-written sampling loop over the model's KV cache (rather than `model.gener
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
 little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast as `model.autocast`
 says (a5core/model/autocast.py). With `n > 1` each prompt is repeated n times inside the batch. The backend generates
-with the policy object itself, so a weight "sync" is the identity (no copy can go stale). The entropy of each sampling
-distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
+with the policy object itself, so a weight "sync" is the identity (no copy can go stale), unless told to keep its own
+weights (`keep_own_weights`: asynchronous rollouts, generated while the learner updates the policy), which a sync then
+copies. The entropy of each sampling distribution is returned with the tokens, so callers need no second forward pass
+to log response entropy.
 
 As on vLLM: `token_ids` are exactly the sampled ids (the token that completed a stop string and a sampled EOS
 included; the text is cut right after the stop string), and every (prompt, sample) draws from its own random
@@ -65,9 +67,26 @@ class HFBackend:
         self.model, self.tokenizer, self.batch_size, self.dtype = model, tokenizer, batch_size, dtype
         self.autocast_on = autocast_on  # the stage's resolved model.autocast (dtype "auto" follows it)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.keeps_own = False  # `keep_own_weights` was called
+        self.own: torch.nn.Module | None = None  # then: the weights' copy, made at the first sync
+
+    def keep_own_weights(self) -> None:
+        """From the next sync on, generate from a copy of the policy's weights taken at the sync, so the learner may
+        update the policy while this generates (grpo.max_staleness)."""
+        self.keeps_own = True
 
     def sync_weights(self, policy) -> None:
-        self.model = policy
+        if not self.keeps_own:
+            self.model = policy
+            return
+        if self.own is None:
+            self.own = copy.deepcopy(policy).requires_grad_(False)
+            for param in self.own.parameters():
+                param.grad = None
+        with torch.no_grad():
+            for mine, theirs in zip(self.own.state_dict().values(), policy.state_dict().values(), strict=True):
+                mine.copy_(theirs)
+        self.model = self.own
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:

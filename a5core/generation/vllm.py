@@ -205,6 +205,9 @@ class VLLMBackend:
 
     takes_shards = True  # fsdp2: synced from the shards themselves, one gathered tensor at a time (`WholeState`)
 
+    def keep_own_weights(self) -> None:
+        """The engine always generates from its own copy of the weights (a sync loads them)."""
+
     def sync_weights(self, policy) -> None:
         """Push the policy's weights into the engine in place, reset the prefix cache, then verify (if configured).
         Under fsdp2 every rank calls it at the same point (each tensor is gathered as the engine loads it)."""

@@ -6,6 +6,14 @@
   update as a `Rollouts` record (a5core.rl.grpo_update: the math).
 - Around the steps, `train_grpo`: start validation (outside the wall-clock budget), validation on a fixed seeded
   subset every `eval_every` steps and on the whole set at the end, a checkpoint every `checkpoint_every` steps.
+- `max_staleness` 1 (asynchronous rollouts, one step off-policy as verl's one_step_off_policy recipe): step 0 is
+  generated as today; from then on, step k's rollout syncs the engine to version k (the weights after k updates) and
+  starts generating step k+1's batch in a thread (`InFlight`) while the learner trains step k, so step k >= 1 trains
+  on rollouts of version k-1 (`rollout/staleness` 1). The thread generates and grades this rank's block only; the
+  gather and every other collective stay on the main thread. Old log-probs are the current weights' (the proximal
+  policy of decoupled PPO; Hilton et al., 2022, as AReaL does); `tis_cap` weights each token by their ratio to the
+  engine's sampled-token log-probs (the behaviour policy's; required). A checkpoint waits for the batch in flight
+  and holds it, so a resume trains on the same rollouts. Validation waits for it too (it shares the engine).
 - Departures from the handout, all off by default: the options of a5core.rl.rl_options (clip-higher, overlong
   handling, entropy bonus, KL to the start policy, truncated importance sampling, dynamic sampling); `reward_fn`,
   the training reward (default: the prompt's); validation uses the run's own prompt and that prompt's reward.
@@ -14,8 +22,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,6 +78,14 @@ class Run:
     compute: Compute  # the stage's micro-batches, autocast and weight update (a5core/model/compute.py)
     t_start: float  # monotonic time the run's wall clock counts from (a resumed run continues it)
     ref: object = None  # the frozen start policy of the KL term (grpo.kl_coef), else None
+    rollout_thread: ThreadPoolExecutor | None = None  # max_staleness 1: where the next step's rollouts generate
+    inflight: Future | None = None  # max_staleness 1: the next step's `Generated`, being made there
+    updated: tuple[float, float] = (0.0, 0.0)  # monotonic start and end of the last `update_policy`
+
+    def settle(self) -> None:
+        """Wait for the rollouts in flight (before anything else uses the engine: validation, a checkpoint)."""
+        if self.inflight is not None:
+            self.inflight.result()
 
     def wall(self) -> float:
         return time.monotonic() - self.t_start
@@ -86,11 +104,72 @@ class Rollouts:
     timing: dict  # `perf/..._s`: where the step's time went before the update
 
 
+@dataclass
+class Generated:
+    """One step's graded samples and the weights' version that made them (max_staleness 1)."""
+
+    step: int
+    version: int  # updates the generating weights had taken: the loop's step when the engine was synced
+    samples: list[GradedSample]  # every rank's in order; this rank's block alone while `local`
+    local: bool
+    seconds: tuple[float, float]  # monotonic start and end of the generation (this process's clock)
+
+    def state(self) -> dict:
+        """Plain data for a checkpoint (gathered first)."""
+        rows = [dataclasses.asdict(s) for s in self.samples]
+        return {"step": self.step, "version": self.version, "samples": rows}
+
+    @classmethod
+    def restored(cls, state: dict) -> Generated:
+        return cls(state["step"], state["version"], [GradedSample(**r) for r in state["samples"]], False, (0.0, 0.0))
+
+
+def done(made: Generated) -> Future:
+    """`made` as a finished `Run.inflight`."""
+    future: Future = Future()
+    future.set_result(made)
+    return future
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Seconds two (start, end) intervals share."""
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def in_flight_state(run: Run) -> dict:
+    """The rollouts in flight for a checkpoint ({} when none): waited for and gathered (a collective)."""
+    if run.inflight is None:
+        return {}
+    made = run.inflight.result()
+    if made.local:
+        made = dataclasses.replace(made, samples=distributed.gather(made.samples), local=False)
+        run.inflight = done(made)
+    return {"in_flight": made.state()}
+
+
+def questions(run: Run, step: int) -> list[dict]:
+    """Step `step`'s questions: a seeded draw from the training rows."""
+    draw = random.Random(derive_seed(run.cfg.seed, "grpo_questions", step))
+    return draw.sample(run.train_rows, run.cfg.questions_per_step)
+
+
+def generate_step(run: Run, step: int, version: int, local: bool) -> Generated:
+    """Step `step`'s questions, generated and graded by the engine as it is (synced at `version`); `local`: this
+    rank's block alone, with no collective (in the rollout thread)."""
+    cfg, t0 = run.cfg, time.monotonic()
+    rows, sampling = questions(run, step), cfg.sampling(step)
+    samples = generate_and_grade(run.backend, rows, cfg.prompt, sampling, run.pool, progress=False, gather=not local)
+    return Generated(step, version, samples, local, (t0, time.monotonic()))
+
+
 def rollout(run: Run, step: int) -> Rollouts:
     """Step `step` (0-based): sync weights -> sample questions -> generate and grade (refilled when dynamic sampling)
-    -> group-normalized advantages -> old and reference log-probs."""
+    -> group-normalized advantages -> old and reference log-probs. With max_staleness 1 the samples are those
+    generated during the previous step (`generate_step`, in the rollout thread), and the next step's start here."""
+    if run.cfg.max_staleness:
+        return _rollout_async(run, step)
     cfg, t0 = run.cfg, time.monotonic()
-    rows = random.Random(derive_seed(cfg.seed, "grpo_questions", step)).sample(run.train_rows, cfg.questions_per_step)
+    rows = questions(run, step)
     run.backend.sync_weights(run.policy)
     t1 = time.monotonic()
 
@@ -102,6 +181,40 @@ def rollout(run: Run, step: int) -> Rollouts:
         samples, ds_stats = dynamic_sample(cfg, generate, rows, run.train_rows, step)
     else:
         samples, ds_stats = generate(rows, 0), {}
+    timing = {"perf/sync_s": t1 - t0, "perf/rollout_s": time.monotonic() - t1}
+    return prepared(run, samples, ds_stats, timing)
+
+
+def _rollout_async(run: Run, step: int) -> Rollouts:
+    """max_staleness 1: take step `step`'s `Generated` (made now from version `step` when none is in flight: the
+    first step, a resume without one), sync version `step` and start step+1's."""
+    t0 = time.monotonic()
+    pending, run.inflight = run.inflight, None
+    if pending is None:
+        run.backend.sync_weights(run.policy)
+        made = generate_step(run, step, step, local=False)
+    else:
+        made = pending.result()
+        assert made.step == step, (made.step, step)
+    t1 = time.monotonic()
+    if step + 1 < run.cfg.n_grpo_steps:
+        if pending is not None:  # the engine still holds the version that made this step's rollouts
+            run.backend.sync_weights(run.policy)
+        run.inflight = run.rollout_thread.submit(generate_step, run, step + 1, step, True)
+    t2 = time.monotonic()
+    samples = distributed.gather(made.samples) if made.local else made.samples
+    timing = {
+        "perf/sync_s": t2 - t1,
+        "perf/rollout_s": t1 - t0,  # the wait for the rollouts (all of their generation when none was in flight)
+        "perf/generate_s": made.seconds[1] - made.seconds[0],
+        "perf/overlap_s": overlap(made.seconds, run.updated),  # generating while the learner trained
+    }
+    return prepared(run, samples, {"rollout/staleness": step - made.version}, timing)
+
+
+def prepared(run: Run, samples: list[GradedSample], ds_stats: dict, timing: dict) -> Rollouts:
+    """The step's graded samples -> group-normalized advantages -> old and reference log-probs."""
+    cfg = run.cfg
     batch, meta = rollout_batch(run.tokenizer, samples, cfg)
     t2 = time.monotonic()
     if cfg.needs_old_log_probs:
@@ -114,14 +227,14 @@ def rollout(run: Run, step: int) -> Rollouts:
         )
         batch, kl_stats = with_kl_in_reward(batch, behaviour, cfg)
         ds_stats = {**ds_stats, **kl_stats}
-    timing = {"perf/sync_s": t1 - t0, "perf/rollout_s": t2 - t1, "perf/old_log_probs_s": time.monotonic() - t2}
+    timing = {**timing, "perf/old_log_probs_s": time.monotonic() - t2}
     return Rollouts(batch, {**rollout_stats(samples, meta), **ds_stats}, timing)
 
 
 def update_policy(run: Run, rollouts: Rollouts, step: int) -> None:
     """`epochs_per_rollout_batch` passes over the rollouts in shuffled optimizer steps of `train_batch_size`, each
     logged as one train row (with the step's rollout stats and timings)."""
-    cfg, n = run.cfg, len(rollouts.batch)
+    cfg, n, start = run.cfg, len(rollouts.batch), time.monotonic()
     run.policy.train()
     for epoch in range(cfg.epochs_per_rollout_batch):
         perm = random.Random(derive_seed(cfg.seed, "grpo_order", step, epoch)).sample(range(n), n)
@@ -142,6 +255,7 @@ def update_policy(run: Run, rollouts: Rollouts, step: int) -> None:
                     "perf/wall_s": run.wall(),
                 },
             )
+    run.updated = (start, time.monotonic())
 
 
 def grpo_step(run: Run, step: int) -> None:
@@ -187,21 +301,38 @@ def train_grpo(
         metrics = initial["metrics"] if initial else validate(policy, full=True).metrics
         history.log("eval", {"step": 0, "count/grpo_step": 0, **metrics, "perf/wall_s": 0.0})
     t_start = time.monotonic() - state.get("wall_s", 0.0)
-    run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, compute, t_start, ref)
-    step = state.get("step", 0)
+    if cfg.max_staleness:
+        backend.keep_own_weights()  # the learner updates the policy while the engine generates
+    with ThreadPoolExecutor(1, thread_name_prefix="a5-rollouts") as thread:
+        run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, compute, t_start, ref)
+        run.rollout_thread = thread
+        if "in_flight" in state:
+            run.inflight = done(Generated.restored(state["in_flight"]))
+        step = train_steps(run, state.get("step", 0), validate, ckpt, n_completions, snapshot)
+    final = validate(policy, full=True)
+    log_evaluation(history, history.optimizer_steps, final, n_completions, _eval_extra(step, run))
+    return RunResult(final, _details(history, step, cfg))
+
+
+def train_steps(
+    run: Run, step: int, validate: Callable, ckpt: Checkpointer | None, n_completions: int, snapshot: Callable | None
+) -> int:
+    """GRPO steps from `step` until `n_grpo_steps` or the time budget, with the mid-run validations and checkpoints
+    between them; returns the steps done. Rollouts still in flight at the end are waited for and dropped."""
+    cfg, history = run.cfg, run.history
     while step < cfg.n_grpo_steps and not run.over_budget():
         grpo_step(run, step)
         step += 1
         if snapshot:
-            snapshot(policy, step)
+            snapshot(run.policy, step)
         if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.n_grpo_steps:
-            mid = validate(policy, full=False)
+            run.settle()
+            mid = validate(run.policy, full=False)
             log_evaluation(history, history.optimizer_steps, mid, n_completions, _eval_extra(step, run))
         if ckpt and ckpt.due(step):
-            ckpt.save_training(policy, opt, step, history.state(), wall_s=run.wall())
-    final = validate(policy, full=True)
-    log_evaluation(history, history.optimizer_steps, final, n_completions, _eval_extra(step, run))
-    return RunResult(final, _details(history, step, cfg))
+            ckpt.save_training(run.policy, run.opt, step, history.state(), wall_s=run.wall(), **in_flight_state(run))
+    run.settle()
+    return step
 
 
 def _details(history: RunHistory, step: int, cfg: GRPOConfig) -> dict:

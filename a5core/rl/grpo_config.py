@@ -54,6 +54,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     eval_examples: Positive = 1024  # questions in the fixed mid-run validation subset
     checkpoint_every: NonNegative = 1  # steps between resumable checkpoints (0 = never)
     time_budget_s: NonNegativeFloat = 0.0  # wall-clock budget in seconds (0 = none): stop, validate, report best
+    max_staleness: Annotated[int, Bound(0, 1)] = 0  # 0: synchronous; 1: step k+1's rollouts generate during step k
 
     def problems(self) -> list[str]:
         """The handout's consistency rules, and names that must exist."""
@@ -91,6 +92,21 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
                 "off-policy training (epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) needs "
                 "a loss "
                 f"that uses old log-probs: one of {sorted(OFF_POLICY_LOSSES)}",
+            ),
+            (
+                not self.max_staleness or self.tis_cap >= 1,
+                "max_staleness 1 trains on rollouts of the previous weights: set tis_cap (e.g. 2), which weights "
+                "each token by the current policy's probability over the engine's that sampled it",
+            ),
+            (
+                not (self.max_staleness and self.kl_in_reward),
+                "max_staleness 1 with kl_in_reward: its k1 would be taken under the current weights, not under the "
+                "older ones that sampled the response (use kl_coef in the loss)",
+            ),
+            (
+                not (self.max_staleness and self.dynamic_sampling),
+                "max_staleness 1 with dynamic_sampling: its refill rounds decide on each round's gathered batch, "
+                "one after another (max_staleness 0)",
             ),
         ]
         problems = [msg for ok, msg in rules if not ok] + self.option_problems() + SamplingFields.problems(self)

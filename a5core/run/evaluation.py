@@ -56,10 +56,17 @@ class RunResult:
 
 
 def generate_and_grade(
-    backend: Backend, rows: list[dict], prompt: str, sampling: SamplingConfig, pool: GraderPool, progress: bool = True
+    backend: Backend,
+    rows: list[dict],
+    prompt: str,
+    sampling: SamplingConfig,
+    pool: GraderPool,
+    progress: bool = True,
+    gather: bool = True,
 ) -> list[GradedSample]:
     """One GradedSample per (row, sample), in row order. On N ranks each generates and grades its block of rows
-    (seeded by global index) and every rank returns them all (a5core.model.distributed)."""
+    (seeded by global index) and every rank returns them all (a5core.model.distributed); with `gather` False its own
+    block alone, with no collective (a thread beside the learner's)."""
     mine, progress = distributed.block(len(rows)), progress and distributed.is_main()  # rank 0's bars only
     rows, sampling = rows[mine.start : mine.stop], replace(sampling, index_offset=sampling.index_offset + mine.start)
     prompts = [build_prompt(r["problem"], prompt) for r in rows]
@@ -68,31 +75,30 @@ def generate_and_grade(
     texts, truths = [c.text for *_, c in flat], [r["answer"] for r, *_ in flat]
     grades = pool.map(texts, truths, progress=progress)
     audits = pool.audit(texts, truths, prompt)  # the grader audit's verdicts (None each when the pool has none)
-    return distributed.gather(
-        [
-            GradedSample(
-                unique_id=r["unique_id"],
-                sample_index=j,
-                prompt=p,
-                response=c.text,
-                ground_truth=r["answer"],
-                extracted=g["extracted"],
-                status=g["status"],
-                format_reward=g["format_reward"],
-                answer_reward=g["answer_reward"],
-                reward=g["reward"],
-                output_tokens=len(c.token_ids),
-                finish_reason=c.finish_reason,
-                subject=r.get("subject", ""),
-                level=r.get("level", ""),
-                token_ids=tuple(c.token_ids),
-                token_entropies=c.token_entropies,
-                token_logprobs=c.token_logprobs,
-                **verdicts(a),
-            )
-            for (r, p, j, c), g, a in zip(flat, grades, audits)
-        ]
-    )
+    graded = [
+        GradedSample(
+            unique_id=r["unique_id"],
+            sample_index=j,
+            prompt=p,
+            response=c.text,
+            ground_truth=r["answer"],
+            extracted=g["extracted"],
+            status=g["status"],
+            format_reward=g["format_reward"],
+            answer_reward=g["answer_reward"],
+            reward=g["reward"],
+            output_tokens=len(c.token_ids),
+            finish_reason=c.finish_reason,
+            subject=r.get("subject", ""),
+            level=r.get("level", ""),
+            token_ids=tuple(c.token_ids),
+            token_entropies=c.token_entropies,
+            token_logprobs=c.token_logprobs,
+            **verdicts(a),
+        )
+        for (r, p, j, c), g, a in zip(flat, grades, audits)
+    ]
+    return distributed.gather(graded) if gather else graded
 
 
 def _counts(samples: list[GradedSample]) -> dict:

@@ -6,12 +6,17 @@
 - Rows: `ROWS` (problems for GRPO and EI), `SFT_ROWS` (prompt/response pairs for SFT); `flat_grads(model)`.
 - GRPO: `grpo_cfg(**overrides)` (a 2-step config on those rows) and `run_grpo(policy, tok, folder, cfg, ...)`.
 - SFT: `run_sft(model, tok, folder, cfg, ...)`.
+- Asynchronous rollouts: `Recorder` (what each GRPO step trained on, and each version's weights), and
+  `sampled_log_probs(model, weights, tok, samples)` with `max_gap` to say which version sampled them.
 
 May import: a5core and torch. Test modules import this; it imports no test module.
 """
 
+import copy
+
 import torch
 
+import a5core.rl.grpo as grpo_mod
 from a5core.generation.base import Completion
 from a5core.rl.grpo import GRPOConfig, train_grpo
 from a5core.rl.sft import train_sft
@@ -57,6 +62,9 @@ class StubBackend:
 
     def sync_weights(self, policy):
         self.synced.append(next(policy.parameters()).detach().clone())
+
+    def keep_own_weights(self):
+        pass  # fixed texts: no weights to keep
 
 
 class StubPool:
@@ -177,3 +185,46 @@ def run_sft(model, tok, folder, cfg, rows=None, ckpt=None, die_at=None, **kw):
             **kw,
         ).final
     return final, history
+
+
+class Recorder:
+    """What a GRPO run did (a5core.rl.grpo patched for the test): each step's graded samples, stats and batch, and the
+    weights of each version (the start, then after each step); `after_update(run)` runs after each update."""
+
+    def __init__(self, monkeypatch, policy, after_update=lambda run: None):
+        self.samples, self.batches, self.versions = [], [], [copy.deepcopy(policy.state_dict())]
+        self.stats = []
+        prepared, update = grpo_mod.prepared, grpo_mod.update_policy
+
+        def record_prepared(run, samples, stats, timing):
+            self.samples.append(samples)
+            self.stats.append(stats)
+            return prepared(run, samples, stats, timing)
+
+        def record_update(run, rollouts, step):
+            self.batches.append(rollouts.batch)
+            update(run, rollouts, step)
+            self.versions.append(copy.deepcopy(run.policy.state_dict()))
+            after_update(run)
+
+        monkeypatch.setattr(grpo_mod, "prepared", record_prepared)
+        monkeypatch.setattr(grpo_mod, "update_policy", record_update)
+
+
+def sampled_log_probs(model, weights, tok, samples) -> list[torch.Tensor]:
+    """Each sample's sampled ids' log-probs under `weights` (O_i,): one forward of prompt + ids."""
+    scratch = copy.deepcopy(model)
+    scratch.load_state_dict(weights)
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            prompt = tok(s.prompt, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt + list(s.token_ids)])  # (1, P+O)
+            lp = torch.log_softmax(scratch(ids).logits.float(), -1)[0, len(prompt) - 1 : -1]  # (O, V)
+            out.append(lp.gather(-1, torch.tensor(s.token_ids).view(-1, 1)).squeeze(-1))  # (O,)
+    return out
+
+
+def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """The largest difference of two lists of equal-length 1-D tensors."""
+    return max(float((x - y).abs().max()) for x, y in zip(a, b) if len(x))
