@@ -28,7 +28,7 @@ from a5core.rl.grpo_update import old_log_probs_for, optimizer_step
 from a5core.rl.losses import LENGTH_NORMALIZERS, PG_LOSSES
 from a5core.rl.sft import SFTConfig
 from a5core.rl.sft import optimizer_step as sft_optimizer_step
-from a5core.run.checkpoint import Checkpointer
+from a5core.run.checkpoint import Checkpointer, UnreadableShards
 
 SFT_ROWS = [
     ("What is 2 + 3?", " 5. </think> <answer>5</answer>"),
@@ -142,16 +142,29 @@ def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW)
     optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
     restored = [(state["step"], state["history"])]
     shards = sorted(p.name for p in (folder / "state" / "dcp").glob("*"))  # fsdp2's distributed checkpoint
-    fresh_start = []
+    fresh_start, sharded = [], distributed.is_sharded(m)
     for cut in ("dcp/__1_0.distcp", "state.pt") if shards else ("state.pt",):
         Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
         if distributed.is_main():  # a truncated file: every rank starts afresh (rank 0 alone may have read it)
             (folder / "state" / cut).write_bytes(b"PK\x03\x04")
         distributed.barrier()
-        fresh_start.append(Checkpointer(folder, "fp", every=1).load() is None)
+        fresh_start.append(Checkpointer(folder, "fp", every=1).load(sharded) is None)
+    garbled = []  # a shard file of the right size that does not load: moved aside, the stage stops in one line
+    if shards:
+        Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
+        if distributed.is_main():
+            shard = folder / "state" / "dcp" / "__0_0.distcp"
+            shard.write_bytes(bytes(shard.stat().st_size))
+        distributed.barrier()
+        try:
+            Checkpointer(folder, "fp", every=1).restore_training(fresh(model, how), opt2)
+        except UnreadableShards as err:
+            garbled.append(str(err).split(" could not be loaded")[0].endswith("dcp"))
+        distributed.barrier()
+        garbled.append(not (folder / "state").exists() and any(folder.glob("state.corrupt-*")))
     return {"straight": flat_weights(m), "resumed": flat_weights(m2), "readers": distributed.gather(reads),
             "restored": distributed.gather(restored), "fresh_start": distributed.gather([fresh_start]),
-            "shards": shards}  # fmt: skip
+            "shards": shards, "garbled": distributed.gather([garbled])}  # fmt: skip
 
 
 def cross_case(model, tok, how: How, write: Path, read: str | None) -> dict:

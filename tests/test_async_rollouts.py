@@ -12,6 +12,7 @@ import threading
 import pytest
 import torch
 
+import a5core.rl.grpo as grpo_mod
 from a5core.checks.inputs import staleness_problems
 from a5core.config.sections import ConfigError
 from a5core.generation.hf import HFBackend
@@ -27,24 +28,28 @@ def _cfg(**kw):
     return grpo_cfg(**{**base, **kw})
 
 
-class LateBackend(HFBackend):
-    """The hf backend whose generations in the rollout thread start only once the learner finished the update they
-    overlap (`Recorder` says when): the worst interleaving for a backend that shared the learner's weights."""
+class GatedBackend(HFBackend):
+    """The hf backend whose generations in the rollout thread start only once `gate` is released (by `Recorder`'s
+    hooks: when the update they overlap starts, or once it finished, the worst interleaving for a backend that shared
+    the learner's weights)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.updated = threading.Semaphore(0)
+        self.gate = threading.Semaphore(0)
 
     def generate(self, prompts, sampling, progress=True):
         if threading.current_thread() is not threading.main_thread():
-            assert self.updated.acquire(timeout=120), "the learner never finished its update"
+            assert self.gate.acquire(timeout=120), "the learner never reached its update"
         return super().generate(prompts, sampling, progress)
 
 
-def _run(model, tok, folder, monkeypatch, cfg=None, late=False, **kw):
+def _run(model, tok, folder, monkeypatch, cfg=None, gate=None, **kw):
+    """A run on the hf backend; `gate` "before" or "after": its thread generates once the overlapped update started
+    or finished."""
     policy = copy.deepcopy(model)
-    backend = (LateBackend if late else HFBackend)(policy, tok, batch_size=8)
-    rec = Recorder(monkeypatch, policy, lambda run: run.backend.updated.release() if late else None)
+    backend = (GatedBackend if gate else HFBackend)(policy, tok, batch_size=8)
+    hooks = {f"{gate}_update": lambda run: run.backend.gate.release()} if gate else {}
+    rec = Recorder(monkeypatch, policy, **hooks)
     details, history = run_grpo(policy, tok, folder, cfg or _cfg(), backend=backend, **kw)
     return policy, rec, details, history
 
@@ -54,7 +59,7 @@ def test_each_step_trains_on_the_rollouts_of_the_version_the_rule_names(tiny, tm
     tokens' log-probs under that version's weights (float noise) and not under the next version's, also when each
     generation runs after the update it overlaps (the backend generates from its own copy of the weights)."""
     model, tok = tiny
-    _, rec, details, history = _run(model, tok, tmp_path, monkeypatch, late=True)
+    _, rec, details, history = _run(model, tok, tmp_path, monkeypatch, gate="after")
     assert details["steps_done"] == STEPS and len(rec.samples) == STEPS
     assert [s["rollout/staleness"] for s in rec.stats] == [0, 1, 1, 1]
     assert [r["rollout/staleness"] for r in history.rows["train"]] == [0, 1, 1, 1]
@@ -134,9 +139,24 @@ def test_the_rules_refuse_staleness_without_its_correction_or_overlap(tiny, tmp_
 
 
 def test_the_time_split_says_how_much_generation_overlapped_training(tiny, tmp_path, monkeypatch):
+    """Each generation in the thread waits for the update it overlaps to start, so it ends after that start."""
     model, tok = tiny
-    _, _, _, history = _run(model, tok, tmp_path, monkeypatch)
+    _, _, _, history = _run(model, tok, tmp_path, monkeypatch, gate="before")
     rows = history.rows["train"]
     assert rows[0]["perf/overlap_s"] == 0.0  # step 0 generated before any training
     for r in rows[1:]:
         assert 0.0 < r["perf/overlap_s"] <= r["perf/generate_s"]
+
+
+def test_the_time_budget_stops_between_steps_and_drops_the_batch_in_flight(tiny, tmp_path, monkeypatch):
+    """The budget runs out after step 2 (the clock is the wall clock, overlap included): step 3's rollouts, in flight
+    by then, are waited for and dropped; the run validates and reports as stopped by the budget."""
+    model, tok = tiny
+    monkeypatch.setattr(grpo_mod.Run, "over_budget", lambda run: run.history.optimizer_steps >= 2)
+    policy = copy.deepcopy(model)
+    backend = HFBackend(policy, tok, batch_size=8)
+    rec = Recorder(monkeypatch, policy)
+    details, history = run_grpo(policy, tok, tmp_path, _cfg(), backend=backend)
+    assert details["steps_done"] == 2 and details["stopped_by_time_budget"]
+    assert len(rec.samples) == 2 and len(history.rows["eval"]) == 2  # the start and the final validation
+    assert not [t for t in threading.enumerate() if t.name.startswith("a5-rollouts")]  # the thread is gone

@@ -123,6 +123,7 @@ def test_the_checkpointed_states_resume_the_same_run(runs, strategy):
     assert resume["restored"] == [(1, [{"step": 1}])] * ranks
     cuts = 2 if strategy == "fsdp2" else 1  # a cut shard file (fsdp2), a cut state.pt: no rank resumes from it
     assert resume["fresh_start"] == [[True] * cuts] * ranks
+    assert resume["garbled"] == ([[True, True]] * 2 if strategy == "fsdp2" else [[]] * ranks)
     assert torch.allclose(resume["straight"], runs["single"]["resume"]["straight"], rtol=0, atol=2e-6)  # 2 AdamW
     kahan = runs[strategy]["resume_kahan"]  # KahanAdamW's state (compensation buffer, int step) resumes too
     assert torch.equal(kahan["resumed"], kahan["straight"]) and kahan["restored"] == [(1, [{"step": 1}])] * ranks

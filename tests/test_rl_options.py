@@ -381,9 +381,14 @@ def test_the_plan_counts_the_reference_and_the_entropy_graph(tmp_path):
 
     params = yaml.safe_load(full_params(tmp_path).read_text())
     assert plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000) == {}  # options off: the plan is unchanged
-    params["grpo_runs"] = {"kl": {"kl_coef": 0.04}, "bonus": {"entropy_coef": 0.01}}
+    params["grpo_runs"] = {"kl": {"kl_coef": 0.04}, "bonus": {"entropy_coef": 0.01}, "async": {"max_staleness": 1}}
     extra = plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000)
+    assert "hf backend's own weights (grpo.max_staleness)" not in extra  # full: vLLM's engine holds its own
     assert extra["reference policy (grpo.kl_coef)"] == pytest.approx(QWEN.parameters * 2 / 1024**3)
+    params["generation"]["backend"] = "hf"
+    hf = plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000)
+    assert hf["hf backend's own weights (grpo.max_staleness)"] == pytest.approx(QWEN.parameters * 2 / 1024**3)
+    params["generation"]["backend"] = "vllm"
     assert extra["entropy bonus graph (grpo.entropy_coef)"] == pytest.approx(2 * 1000 * QWEN.vocab * 8 / 1024**3)
     path = tmp_path / "kl.yaml"
     path.write_text(yaml.safe_dump(params))

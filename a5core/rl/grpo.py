@@ -13,7 +13,8 @@
   gather and every other collective stay on the main thread. Old log-probs are the current weights' (the proximal
   policy of decoupled PPO; Hilton et al., 2022, as AReaL does); `tis_cap` weights each token by their ratio to the
   engine's sampled-token log-probs (the behaviour policy's; required). A checkpoint waits for the batch in flight
-  and holds it, so a resume trains on the same rollouts. Validation waits for it too (it shares the engine).
+  and holds it, so a resume trains on the same rollouts. Validation waits for it too (it shares the engine), and so
+  do the end of the loop (the time budget: the batch is then dropped) and an error or Ctrl-C in the main thread.
 - Departures from the handout, all off by default: the options of a5core.rl.rl_options (clip-higher, overlong
   handling, entropy bonus, KL to the start policy, truncated importance sampling, dynamic sampling); `reward_fn`,
   the training reward (default: the prompt's); validation uses the run's own prompt and that prompt's reward.
@@ -213,10 +214,12 @@ def _rollout_async(run: Run, step: int) -> Rollouts:
 
 
 def prepared(run: Run, samples: list[GradedSample], ds_stats: dict, timing: dict) -> Rollouts:
-    """The step's graded samples -> group-normalized advantages -> old and reference log-probs."""
-    cfg = run.cfg
+    """The step's graded samples -> group-normalized advantages -> old and reference log-probs (`timing`'s
+    `perf/rollout_s` grows by the batch's making, as it always counted it)."""
+    cfg, t1 = run.cfg, time.monotonic()
     batch, meta = rollout_batch(run.tokenizer, samples, cfg)
     t2 = time.monotonic()
+    timing = {**timing, "perf/rollout_s": timing["perf/rollout_s"] + t2 - t1}
     if cfg.needs_old_log_probs:
         batch.old_log_probs = old_log_probs_for(run.policy, batch, cfg.micro_batch_size, run.device, run.compute)
     if run.ref is not None:  # the reference's log-probs: once per rollout batch, no graph, like the old ones
@@ -330,7 +333,8 @@ def train_steps(
             mid = validate(run.policy, full=False)
             log_evaluation(history, history.optimizer_steps, mid, n_completions, _eval_extra(step, run))
         if ckpt and ckpt.due(step):
-            ckpt.save_training(run.policy, run.opt, step, history.state(), wall_s=run.wall(), **in_flight_state(run))
+            in_flight = in_flight_state(run)  # waited for first: the saved clock counts the wait
+            ckpt.save_training(run.policy, run.opt, step, history.state(), wall_s=run.wall(), **in_flight)
     run.settle()
     return step
 

@@ -8,7 +8,9 @@ SIGKILL at any moment leaves either the previous complete state or the new one.
   optimizer state (rank 0 writes it).
 - `state/dcp/` under fsdp2 instead: torch.distributed.checkpoint's files, each rank's shards written by that rank
   (a5core.model.distributed.save_sharded), resharded on load onto any layout and world size. `state.pt` lists their
-  sizes, so a shard file cut short by a full disk makes the state unreadable, as a cut `state.pt` does.
+  sizes, so a shard file cut short by a full disk makes the state unreadable, as a cut `state.pt` does. One whose
+  sizes check out but that fails to load is moved aside too, and the stage stops (`UnreadableShards`: the weights may
+  be half loaded); run again, it starts from scratch.
 
 States are loaded with `torch.load(weights_only=True)`: only tensors and plain containers, so a crafted file in
 `scratch/` cannot run code. A state that fails to load (truncated by a full disk, say) is moved aside with a
@@ -28,7 +30,14 @@ from typing import Any
 
 import torch
 
+from a5core.base.errors import ProjectError
 from a5core.model import distributed
+
+
+class UnreadableShards(ProjectError):
+    """A distributed checkpoint that failed to load after its sizes checked out; it was moved aside."""
+
+    hint = "run the stage again: it starts from scratch"
 
 
 def fingerprint(params: Any, inputs: dict[str, str]) -> str:
@@ -132,8 +141,7 @@ class Checkpointer:
                 self.loaded = path.parent
                 return state
             if distributed.is_main():
-                aside = self.folder / f"{name}.corrupt-{int(time.time())}"
-                path.parent.rename(aside)
+                aside = self._set_aside(path.parent)
                 why = f"{type(err).__name__}: {str(err)[:200]}" if err else "unreadable on another rank"
                 print(
                     f"WARNING: {path} could not be loaded ({why}); moved to {aside}. "
@@ -142,6 +150,11 @@ class Checkpointer:
                 )
             distributed.barrier()
         return None
+
+    def _set_aside(self, state: Path) -> Path:
+        aside = self.folder / f"{state.name}.corrupt-{int(time.time())}"
+        state.rename(aside)
+        return aside
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -207,7 +220,14 @@ class Checkpointer:
         if not state:
             return {}
         if "shards" in state:  # fsdp2 wrote it: every rank reads its part, in whatever layout this run has
-            distributed.load_sharded(policy, optimizer, self.loaded / SHARDS)
+            try:
+                distributed.load_sharded(policy, optimizer, self.loaded / SHARDS)
+            except Exception as err:  # DCP raises on every rank; the weights may be half loaded: no resume now
+                where = self._set_aside(self.loaded) if distributed.is_main() else self.loaded
+                raise UnreadableShards(
+                    f"{self.loaded / SHARDS} could not be loaded ({type(err).__name__}: {str(err)[:200]}); "
+                    f"moved to {where}"
+                ) from err
         else:
             distributed.load_states(policy, optimizer, state["model"], state["optimizer"])
         if scheduler is not None:

@@ -191,12 +191,15 @@ def rl_option_memory(
     params: dict, arch: Arch, dtype: str, micro_batch: int, seq_len: int, logits_chunk: int = 0
 ) -> dict[str, float]:
     """GB that GRPO's options (a5core/rl/rl_options.py) add to the training GPU when any GRPO run turns them on: the
-    frozen reference of the KL term (one more copy of the weights; no gradients or optimizer state), and the entropy
-    bonus's graph (its float32 softmax over the vocabulary is kept for backward)."""
+    frozen reference of the KL term (one more copy of the weights; no gradients or optimizer state), the hf backend's
+    own copy of the weights under asynchronous rollouts (grpo.max_staleness; vLLM's engine has its own GPU), and the
+    entropy bonus's graph (its float32 softmax over the vocabulary is kept for backward)."""
     runs = grpo_runs(params)
     extra = {}
     if any(r.get("kl_coef") for r in runs):
         extra["reference policy (grpo.kl_coef)"] = arch.parameters * BYTES[dtype] / GB
+    if params["generation"]["backend"] == "hf" and any(r.get("max_staleness") for r in runs):
+        extra["hf backend's own weights (grpo.max_staleness)"] = arch.parameters * BYTES[dtype] / GB
     if any(r.get("entropy_coef") for r in runs):
         tokens = min(micro_batch * seq_len, logits_chunk or micro_batch * seq_len)
         extra["entropy bonus graph (grpo.entropy_coef)"] = tokens * arch.vocab * 8 / GB

@@ -189,9 +189,10 @@ def run_sft(model, tok, folder, cfg, rows=None, ckpt=None, die_at=None, **kw):
 
 class Recorder:
     """What a GRPO run did (a5core.rl.grpo patched for the test): each step's graded samples, stats and batch, and the
-    weights of each version (the start, then after each step); `after_update(run)` runs after each update."""
+    weights of each version (the start, then after each step); `before_update(run)` and `after_update(run)` run
+    around each update."""
 
-    def __init__(self, monkeypatch, policy, after_update=lambda run: None):
+    def __init__(self, monkeypatch, policy, after_update=lambda run: None, before_update=lambda run: None):
         self.samples, self.batches, self.versions = [], [], [copy.deepcopy(policy.state_dict())]
         self.stats = []
         prepared, update = grpo_mod.prepared, grpo_mod.update_policy
@@ -203,6 +204,7 @@ class Recorder:
 
         def record_update(run, rollouts, step):
             self.batches.append(rollouts.batch)
+            before_update(run)
             update(run, rollouts, step)
             self.versions.append(copy.deepcopy(run.policy.state_dict()))
             after_update(run)
