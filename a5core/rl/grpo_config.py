@@ -93,25 +93,33 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
                 "a loss "
                 f"that uses old log-probs: one of {sorted(OFF_POLICY_LOSSES)}",
             ),
+        ]
+        problems = [msg for ok, msg in rules if not ok] + self.staleness_problems() + self.option_problems()
+        named = [init_policy_problem(self.init_policy)] + reward_problems(self.reward_fn, self.prompt)
+        return problems + SamplingFields.problems(self) + [p for p in named if p]
+
+    def staleness_problems(self) -> list[str]:
+        """What asynchronous rollouts (max_staleness 1) cannot run with, each with its reason."""
+        if not self.max_staleness:
+            return []
+        rules = [
             (
-                not self.max_staleness or self.tis_cap >= 1,
+                self.tis_cap >= 1,
                 "max_staleness 1 trains on rollouts of the previous weights: set tis_cap (e.g. 2), which weights "
                 "each token by the current policy's probability over the engine's that sampled it",
             ),
             (
-                not (self.max_staleness and self.kl_in_reward),
+                not self.kl_in_reward,
                 "max_staleness 1 with kl_in_reward: its k1 would be taken under the current weights, not under the "
                 "older ones that sampled the response (use kl_coef in the loss)",
             ),
             (
-                not (self.max_staleness and self.dynamic_sampling),
+                not self.dynamic_sampling,
                 "max_staleness 1 with dynamic_sampling: its refill rounds decide on each round's gathered batch, "
                 "one after another (max_staleness 0)",
             ),
         ]
-        problems = [msg for ok, msg in rules if not ok] + self.option_problems() + SamplingFields.problems(self)
-        named = [init_policy_problem(self.init_policy)] + reward_problems(self.reward_fn, self.prompt)
-        return problems + [p for p in named if p]
+        return [msg for ok, msg in rules if not ok]
 
     @property
     def train_reward(self) -> str:
