@@ -8,7 +8,7 @@
   subset every `eval_every` steps and on the whole set at the end, a checkpoint every `checkpoint_every` steps.
 - `max_staleness` 1 (asynchronous rollouts, one step off-policy as verl's one_step_off_policy recipe): step 0 is
   generated as today; from then on, step k's rollout syncs the engine to version k (the weights after k updates) and
-  starts generating step k+1's batch in a thread (`InFlight`) while the learner trains step k, so step k >= 1 trains
+  starts generating step k+1's batch in a thread (`Run.inflight`) while the learner trains step k, so step k >= 1 trains
   on rollouts of version k-1 (`rollout/staleness` 1). The thread generates and grades this rank's block only; the
   gather and every other collective stay on the main thread. Old log-probs are the current weights' (the proximal
   policy of decoupled PPO; Hilton et al., 2022, as AReaL does); `tis_cap` weights each token by their ratio to the
