@@ -53,7 +53,7 @@ GB = 1024**3
 
 
 # a Qwen2-shaped tiny model (grouped-query attention, q/k/v biases, tied embeddings) for the CPU dry runs
-# (`--dry-run` here and in gpu_budget.py, bench/gpu/step.sh); head_dim 32: vLLM's CPU attention has no kernel for 16
+# (`--dry-run` here and in gpu_budget.py, bench/gpu/run.py); head_dim 32: vLLM's CPU attention has no kernel for 16
 TINY_QWEN2 = {
     "hidden_size": 128,
     "intermediate_size": 256,

@@ -5,14 +5,15 @@
 For each layout (on CUDA `one_gpu`, and `two_gpu` when two GPUs are visible, each in its own process; without CUDA
 the CPU build's layout, `cpu`) it runs `a5core.generation.vllm.VLLMBackend` with the policy loaded from `--model`
 (bf16 on cuda:0; fp32 on the CPU), one part after another, and rewrites the JSON after each:
-- build: the engine's start-up;
+- build: the engine's start-up (`--eager`: without compile and CUDA graphs);
 - sync: the policy perturbed, then synced with both weight checks (exact, with the count compared, and log-probs);
-- cycles: `--cycles` times perturb -> sleep -> wake -> reload (with the checks) -> the engine's greedy tokens against
-  the policy's own (the hf backend's greedy loop, from the same ids): equal, or diverging only at a near-tie (the
-  policy's log-probs of both tokens within `--tie-nats`). Sleep mode exists on CUDA only: on the CPU the JSON
-  says so and the cycles reload without sleeping;
+- cycles: `--cycles` times perturb -> sleep -> wake -> reload (with the checks, and the GPU's free GiB at each
+  point) -> the engine's greedy tokens against the policy's own (the hf backend's greedy loop, from the same ids):
+  equal, or diverging only at a near-tie (the policy's log-probs of both tokens within `--tie-nats`). Sleep mode
+  exists on CUDA only: on the CPU the JSON says so and the cycles reload without sleeping;
 - seeds: the same seeded sampling twice, each from an empty prefix cache, must give the same ids (and the n samples of
   a request must differ);
+- optimizer_step: one real AdamW step of the policy, then the sync and both checks (exact, log-prob probe);
 - timing: one batch of `--prompts` prompts x `--n` samples of up to `--max-tokens` tokens (temperature 1, stop at
   `</answer>`), as a rollout phase of the full profile samples it.
 A part that fails records its error and the run ends with status 1. Prompts are r1_zero prompts of the fixture
@@ -38,6 +39,8 @@ from a5core.generation.hf import HFBackend  # noqa: E402
 from a5core.generation.vllm import VLLMBackend  # noqa: E402
 from a5core.model import autocast  # noqa: E402
 from a5core.model.loading import load_policy  # noqa: E402
+from a5core.model.logprobs import get_response_log_probs  # noqa: E402
+from a5core.model.optim import make_optimizer  # noqa: E402
 from a5core.model.tokenization import encode_prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,16 +94,25 @@ def greedy_agreement(backend: VLLMBackend, policy, prompts: list[str], tokens: i
     return {"equal": equal, "near_ties": ties, "mismatches": mismatches, "ok": not mismatches}
 
 
+def free_gib(backend: VLLMBackend) -> dict:
+    """{"free_gib": ...}: the engine's GPU's free memory now ({} on the CPU build)."""
+    if backend.device is None:
+        return {}
+    return {"free_gib": round(torch.cuda.mem_get_info(backend.device)[0] / 2**30, 2)}
+
+
 def cycles(backend: VLLMBackend, policy, args) -> dict:
+    """Each cycle: perturb (engine asleep) -> wake and reload (sync, both checks) -> generate greedily -> asleep again,
+    with the GPU's free memory at each point (`memory`: asleep before, awake after the reload, asleep after)."""
     prompts, out = questions(args.greedy_prompts), []
     for c in range(args.cycles):
         perturb(policy, seed=100 + c, scale=args.perturb)
-        asleep = backend.sleeping
+        asleep, before = backend.sleeping, free_gib(backend)
         record = {"asleep_before_reload": asleep, **sync(backend, policy)}  # wakes and reloads when asleep
+        awake = free_gib(backend)
         record.update(greedy_agreement(backend, policy, prompts, args.greedy_tokens, args.tie_nats))
-        if backend.colocated and backend.device is not None:  # asleep again after generating: what it handed back
-            free, total = torch.cuda.mem_get_info(backend.device)
-            record["free_gib_asleep"] = round(free / 2**30, 2)
+        if before:  # asleep again after generating (one_gpu): what it handed back
+            record["memory"] = {"asleep_before": before, "awake_after_reload": awake, "asleep_after": free_gib(backend)}
         out.append(record)
         if not record["ok"]:
             raise AssertionError(f"cycle {c}: the engine's greedy tokens are not the policy's: {record}")
@@ -124,6 +136,26 @@ def seeds(backend: VLLMBackend, args) -> dict:
             f"prefix cache reset {reset}"
         )
     return {"seeded_repeat_equal": same, "samples_differ": distinct, "prefix_cache_reset": reset}
+
+
+def optimizer_step(backend: VLLMBackend, policy, args) -> dict:
+    """One real AdamW step of the policy (lr `--step-lr`, on the log-likelihood of a prompt's greedy continuation),
+    then the sync with both checks: the exact weight comparison and the log-prob probe of the updated policy."""
+    ids = encode_prompts(backend.tokenizer, questions(1))[0]
+    device = next(policy.parameters()).device
+    x = torch.tensor([ids], device=device)
+    opt = make_optimizer(policy, args.step_lr, betas=(0.9, 0.95))
+    policy.train()
+    loss = -get_response_log_probs(policy, x[:, :-1], x[:, 1:])["log_probs"].mean()  # (1, T-1) -> ()
+    loss.backward()
+    before = {n: t.detach().clone() for n, t in policy.named_parameters()}
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    policy.eval()
+    moved = sum(int(not torch.equal(before[n], t)) for n, t in policy.named_parameters())
+    if not moved:
+        raise AssertionError(f"the optimizer step at lr {args.step_lr} changed no parameter")
+    return {"lr": args.step_lr, "parameters_moved": moved, **sync(backend, policy)}
 
 
 def timing(backend: VLLMBackend, args) -> dict:
@@ -153,14 +185,16 @@ def run_layout(layout: str, args, save) -> bool:
     cfg = GenerationConfig(
         backend="vllm", layout="one_gpu" if layout == "cpu" else layout,
         gpu_memory_utilization=args.gpu_memory_utilization or (0.3 if layout == "one_gpu" else 0.85),
+        cuda_graphs=not args.eager,
     )  # fmt: skip
-    result, backend = {"layout": layout, "passed": [], "autocast": precision}, None
+    result = {"layout": layout, "passed": [], "autocast": precision, "cuda_graphs": cfg.cuda_graphs}
+    backend = None
 
     def build() -> dict:
         nonlocal backend
         t0 = time.perf_counter()
         backend = VLLMBackend(args.model, cfg, seed=0, tokenizer=tokenizer, policy=policy)
-        return {"start_s": round(time.perf_counter() - t0, 1), "vllm": backend.vllm.__version__}
+        return {"start_s": round(time.perf_counter() - t0, 1), "vllm": backend.vllm.__version__, **free_gib(backend)}
 
     def perturbed_sync() -> dict:
         perturb(policy, seed=1, scale=args.perturb)
@@ -171,9 +205,13 @@ def run_layout(layout: str, args, save) -> bool:
         ("sync", perturbed_sync),
         ("cycles", lambda: cycles(backend, policy, args)),
         ("seeds", lambda: seeds(backend, args)),
+        ("optimizer_step", lambda: optimizer_step(backend, policy, args)),
         ("timing", lambda: timing(backend, args)),
     ]
+    chosen = args.parts.split(",") if args.parts else [name for name, _ in parts]
     for name, part in parts:
+        if name not in chosen and name != "build":
+            continue
         t0 = time.perf_counter()
         try:
             result[name] = part()
@@ -215,6 +253,9 @@ def parse(argv=None):
     p.add_argument("--tie-nats", type=float, default=0.1, help="a greedy divergence this close is a near-tie")
     p.add_argument("--perturb", type=float, default=0.01, help="each perturbation, in units of each tensor's std")
     p.add_argument("--gpu-memory-utilization", type=float, default=None, help="default 0.3 one_gpu, 0.85 two_gpu")
+    p.add_argument("--eager", action="store_true", help="no compile, no CUDA graphs (generation.cuda_graphs false)")
+    p.add_argument("--step-lr", type=float, default=1e-4, help="optimizer_step: AdamW's learning rate")
+    p.add_argument("--parts", default=None, help="comma-separated, e.g. timing (build always runs); default: all")
     return p.parse_args(argv)
 
 

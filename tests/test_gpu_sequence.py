@@ -1,64 +1,112 @@
-"""The GPU sequence (bench/gpu/step.sh, issue 47 item 3) dry-run on this CPU: the same four steps, as a user runs them
-on the lent machine, at tiny sizes (a Qwen2-shaped tiny model, vLLM's CPU build, this environment's packages).
+"""The GPU machine's calls (bench/gpu/run.py, bench/gpu/README.md) rehearsed on this CPU, as a user runs them there:
+the learner-first call, then the vLLM bundle's parts and the vLLM call, each at tiny sizes (a Qwen2-shaped tiny
+model, the hf backend and vLLM's CPU build, this environment's packages, a hand-made bundle in parts).
 
-Step 0 receives a bundle of hand-made wheels part by part and installs it; steps 1-3 run the vLLM check, the learner
-checks and one GRPO step through the real stage, each under its own limit, each leaving its outputs under $OUT.
+Each call must leave at most 8 files under $OUT (what a device call brings back): its summary, log and archive, with
+every part's status and what it measured.
 """
 
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from bench.gpu import run as driver
 from tests.support.wheels import make_wheel
 from tools import offline_bundle as ob
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm_engine]
-
 ROOT = Path(__file__).resolve().parents[1]
+STEP_TIMES = {"sync_s", "rollout_s", "grade_s", "old_log_probs_s", "optimizer_s"}
 
 
-def test_the_gpu_sequence_runs_end_to_end_on_the_cpu(tmp_path):
-    out, work, site = tmp_path / "out", tmp_path / "work", tmp_path / "site"
-    wheels = tmp_path / "wheels"
+def bundle(tmp_path: Path, name: str, part_bytes: int) -> list[Path]:
+    """A bundle of one hand-made wheel, in parts of `part_bytes` (what `tools.offline_bundle build` writes)."""
+    wheels = tmp_path / f"wheels_{name}"
     wheels.mkdir()
-    made = [make_wheel(wheels, "a5probe", "1.0", {"a5probe/__init__.py": "x = 1\n" + "# pad\n" * 400})]
-    manifest = ob.pack(made, tmp_path / ".bundle", 1500, {"vllm": "none"})
-    env = {
-        **os.environ,
-        "OUT": str(out),
-        "A5_GPU_WORK": str(work),
-        "A5_SITE": str(site),
-        "A5_GPU_DRY_RUN": "1",
-        "PYTHON": sys.executable,
-    }
+    made = [make_wheel(wheels, f"a5probe_{name}", "1.0", {f"a5probe_{name}/__init__.py": "x = 1\n" + "# pad\n" * 400})]
+    manifest = ob.pack(made, tmp_path / ".bundle" / name, part_bytes, {"vllm": "none"})
+    return [tmp_path / ".bundle" / name / f"p{i}" for i in range(len(manifest["parts"]))]
 
-    def step(*args: str) -> subprocess.CompletedProcess:
-        cmd = ["bash", str(ROOT / "bench" / "gpu" / "step.sh"), *args]
-        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
-    parts = [str(tmp_path / ".bundle" / f"p{i}") for i in range(len(manifest["parts"]))]
+def call(tmp_path: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """One device call's command, with its own empty $OUT (as the device tool gives each call)."""
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "A5_GPU_WORK": str(tmp_path / "work"), "A5_SITE": str(tmp_path / "site")}
+    cmd = [sys.executable, str(ROOT / "bench" / "gpu" / "run.py"), *args, "--dry-run"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8, files
+    summary = json.loads((out / "summary.json").read_text())
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert summary["failed"] == [] and summary["skipped"] == [], summary
+    return done, summary
+
+
+def test_a_part_over_the_time_left_is_killed_and_the_rest_skipped(tmp_path):
+    """The budget holds the whole call: a part gets min(its cap, the time left), is killed with what it started when
+    over it, and a part that would not get its `need` is skipped; the summary says which."""
+    (tmp_path / "logs").mkdir()
+    call = driver.Call("learner", tmp_path, tmp_path, dry=False, budget_s=driver.PACK_S + 3)
+    child = tmp_path / "child.pid"
+    sleeper = [sys.executable, "-c", f"import os, subprocess, time; open({str(child)!r}, 'w').write(str("
+               "subprocess.Popen(['sleep', '60']).pid)); time.sleep(60)"]  # fmt: skip
+    assert driver.run_part(call, driver.Part("slow", [sleeper], 100, 0.1), dict(os.environ)) == "timeout"
+    assert call.summary["parts"]["slow"]["seconds"] < 3 + 12  # its limit was the 3 s left, then SIGTERM
+    status = Path(f"/proc/{child.read_text()}/status")  # the grandchild went with its session (gone, or a zombie)
+    assert not status.exists() or "State:\tZ" in status.read_text()
+    assert driver.run_part(call, driver.Part("next", [["true"]], 100, 5), {}) == "skipped"
+    assert json.loads((tmp_path / "summary.json").read_text())["parts"]["next"]["status"] == "skipped: no time"
+
+
+@pytest.mark.slow
+@pytest.mark.vllm_engine
+def test_the_learner_call_runs_end_to_end_on_the_cpu(tmp_path):
+    parts = bundle(tmp_path, "learner", 1 << 20)
+    assert len(parts) == 1  # one carry beside the tree
+    out = tmp_path / "out"
+    done, summary = call(tmp_path, out, "learner", "--bundle", str(parts[0]))
+    assert sorted(p.name for p in out.iterdir()) == ["learner.log", "learner.tar.gz", "summary.json"]
+    got = summary["parts"]
+    assert list(got) == ["install", "probe", "model", "grpo", "grpo_summary", "numerics", "distributed"]
+    assert all(p["status"] == "ok" and p["seconds"] <= p["limit_s"] for p in got.values()), got
+    probe = got["probe"]["result"]
+    assert probe["imports"]["a5core.stage.training"] == "ok" and probe["packages"]["torch"]
+    grpo = got["grpo_summary"]["result"]
+    assert [s["grpo_step"] for s in grpo["steps"]] == [1, 2]  # one optimizer step per GRPO step
+    assert all(STEP_TIMES <= set(s) for s in grpo["steps"]), grpo["steps"]
+    assert set(grpo["plan_gb"]) == {"GPU 0 while generating (hf backend)", "GPU 0 while training"}
+    assert "eval/accuracy" in grpo["metrics"]
+    numerics = got["numerics"]["result"]
+    assert numerics["response_tokens"] > 0 and 0 < numerics["logprob_gap_max_abs"] < 1.0  # bf16 is not float32
+    assert got["distributed"]["result"]["fsdp2_full_weights_max_abs_diff"] == 0.0
+    with tarfile.open(out / "learner.tar.gz") as tar:
+        names = tar.getnames()
+    assert {"logs/grpo.log", "grpo.json", "probe.json", "numerics.json"} <= set(names), names
+    assert any(n.endswith("record/timing_train.csv") for n in names)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm_engine
+def test_the_vllm_calls_receive_the_bundle_then_run_on_the_cpu_engine(tmp_path):
+    parts = bundle(tmp_path, "vllm", 1500)
     assert len(parts) >= 2
-    for i, part in enumerate(parts):
-        done = step("0", part)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert ("installed 1 wheels" in done.stdout) == (i == len(parts) - 1), done.stdout
-    assert (site / "a5probe" / "__init__.py").exists()
-    assert json.loads((site / "a5-bundle.json").read_text())["imports"]["a5core"] == "ok"
-
-    for n in ("1", "2", "3"):
-        done = step(n)
-        assert done.returncode == 0, f"step {n}:\n" + done.stdout[-3000:] + done.stderr[-2000:]
-    check = json.loads((out / "vllm_check.json").read_text())["layouts"]["cpu"]
-    assert check["passed"] == ["build", "sync", "cycles", "seeds", "timing"]
-    assert json.loads((out / "learner_distributed.json").read_text())["fsdp2_full_weights_max_abs_diff"] == 0.0
-    assert "grpo_predicted_gb" in json.loads((out / "learner_memory.json").read_text())
-    assert {"budget_handout", "budget_auto"} <= set(json.loads((out / "learner_budget.json").read_text()))
-    grpo = json.loads((out / "grpo_step.json").read_text())
-    assert {"perf/sync_s", "perf/rollout_s", "perf/old_log_probs_s", "perf/optimizer_s"} <= set(grpo)
-    assert grpo["optimizer_steps"] >= 1 and "eval/accuracy" in grpo["metrics"]
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [0] * len(parts) + [1, 2, 3] and all(s["rc"] == 0 for s in steps)
+    for i, part in enumerate(parts[:-1]):
+        done, summary = call(tmp_path, tmp_path / f"out{i}", "receive", str(part))
+        assert "waiting for" in done.stdout.lower() or summary["parts"]["receive"]["status"] == "ok"
+    out = tmp_path / "out"
+    done, summary = call(tmp_path, out, "vllm", "--bundle", str(parts[-1]))
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json", "vllm.log", "vllm.tar.gz"]
+    got = summary["parts"]
+    assert list(got) == ["install", "probe", "model", "vllm_check", "vllm_eager", "grpo_vllm", "grpo_vllm_summary"]
+    assert (tmp_path / "site" / "a5probe_vllm" / "__init__.py").exists()
+    probe = got["probe"]["result"]["vllm"]
+    assert probe["engine_environment"]["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and probe["version"]
+    check = got["vllm_check"]["result"]["layouts"]["cpu"]
+    assert check["passed"] == ["build", "sync", "cycles", "seeds", "optimizer_step", "timing"]
+    assert got["vllm_eager"]["result"]["layouts"]["cpu"]["passed"] == ["build", "timing"]
+    grpo = got["grpo_vllm_summary"]["result"]
+    assert len(grpo["steps"]) == 1 and all(STEP_TIMES <= set(s) for s in grpo["steps"])

@@ -206,3 +206,18 @@ def test_the_gpu_machines_bundle_builds_splits_and_installs_for_cp312(tmp_path):
     assert (site / "vllm-0.26.0.dist-info").is_dir() and not (
         site / "vllm" / "vllm_flash_attn" / "_vllm_fa2_C.abi3.so"
     ).exists()
+
+
+@pytest.mark.slow
+def test_the_learners_bundle_carries_the_projects_dependencies_without_vllm(tmp_path):
+    """`--no-vllm`: what the first GPU call carries (bench/gpu/README.md): the grader's, torchao, dvclive and what they
+    import, one part beside the tree; no vLLM, nothing the machine has."""
+    out = tmp_path / "learner"
+    done = _build(out, "--no-vllm", "--accept", "numpy", "transformers", "--part-mib", "52")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "vLLM" not in done.stdout
+    manifest = json.loads((out / ob.MANIFEST).read_text())
+    names = {ob.canonical(w["file"].split("-")[0]) for w in manifest["wheels"]}
+    assert {"math-verify", "latex2sympy2-extended", "antlr4-python3-runtime", "torchao", "dvclive", "dvc"} <= names
+    assert not {"vllm", "torch", "numpy", "transformers", "pyarrow", "peft"} & names
+    assert len(manifest["parts"]) == 1 and manifest["bundle_bytes"] < 40 * 2**20 and manifest["vllm"] is None

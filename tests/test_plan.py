@@ -43,7 +43,7 @@ def test_plan_refuses_one_gpu_fp32_and_accepts_two_gpu_bf16(tmp_path):
     assert fits and "GPU 1 (vLLM engine)" in "\n".join(lines)
     # the largest micro-batch: SFT, 2 traces of the prompt (300) + the longest kept trace (1,500 tokens)
     assert plan.worst_case(yaml.safe_load(full_params(tmp_path).read_text())) == (2, 1800)
-    two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="two_gpu"), 2, 1324, 80)
+    two_gpu = plan.memory_plan(QWEN, "bfloat16", GenerationConfig(backend="vllm", layout="two_gpu"), 2, 1324, 80)
     assert two_gpu[0].total == pytest.approx(25.6, abs=0.05) and two_gpu[1].total == pytest.approx(68.0)
     fp32 = full_params(tmp_path, model__dtype="float32", model__weight_update="nearest", generation__layout="one_gpu")
     lines, fits, _ = plan.report(fp32, 80, tmp_path / "no-model")
@@ -191,9 +191,33 @@ def test_the_plan_is_per_rank_and_refuses_a_second_engine_gpu_per_rank(tmp_path)
 def test_an_asleep_engine_with_cuda_graphs_keeps_its_graph_pool_in_the_plan():
     """Sleep mode frees the engine's weights and KV cache, not the CUDA-graph pool it captured at start."""
     graphs, eager = (
-        plan.memory_plan(QWEN, "bfloat16", GenerationConfig(layout="one_gpu", cuda_graphs=on), 2, 1324, 80)[1]
+        plan.memory_plan(
+            QWEN, "bfloat16", GenerationConfig(backend="vllm", layout="one_gpu", cuda_graphs=on), 2, 1324, 80
+        )[1]
         for on in (True, False)
     )
     assert graphs.total - eager.total == pytest.approx(plan.CUDA_GRAPH_POOL_GB)
     assert "engine asleep (CUDA context, CUDA-graph pool)" in graphs.items
     assert eager.items["engine asleep (CUDA context)"] == plan.CUDA_CONTEXT_GB
+
+
+def test_the_hf_backend_generates_on_the_policys_gpu_with_its_kv_cache(tmp_path):
+    """With the hf backend there is no engine: the policy's GPU holds its resident state and the sampling loop's KV
+    cache (every layer's keys and values for generation.batch_size rows of the longest sequence), the prefill's bound
+    and the sampling buffers; `generation.layout` (vLLM's) plans nothing."""
+    gb = 1024**3
+    gen = GenerationConfig(backend="hf", layout="two_gpu", batch_size=256)
+    generating, training = plan.memory_plan(QWEN, "bfloat16", gen, 2, 1324, 78, rollout_tokens=1324)
+    kv_per_token = 28 * 2 * 256 * 2  # layers x (k, v) x (2 kv heads x 128) x bf16: 28 KiB
+    assert generating.items["hf backend: KV cache"] == pytest.approx(256 * 1324 * kv_per_token / gb)  # 9.05 GiB
+    assert generating.items["hf backend: prefill (one layer's activations)"] == pytest.approx(
+        256 * 300 * (8 * 1536 + 4 * 8960) * 2 / gb
+    )
+    assert generating.items["hf backend: sampling buffers"] == pytest.approx(256 * 151936 * 24 / gb)
+    assert "gradients" not in generating.items and generating.items["weights"] == pytest.approx(1_543_714_304 * 2 / gb)
+    assert "engine" not in " ".join(generating.items) and training.items["gradients"] > 0
+    path = full_params(tmp_path, generation__backend="hf", generation__batch_size=256)
+    assert plan.rollout_tokens(yaml.safe_load(path.read_text())) == 300 + 1024
+    devices, tokens = plan.device_plans(str(path), 78, tmp_path / "no-model")
+    assert [d.name for d in devices] == ["GPU 0 while generating (hf backend)", "GPU 0 while training"]
+    assert all(d.total <= 78 for d in devices) and tokens >= 8 * 1324

@@ -113,7 +113,7 @@ def test_plan_states_what_each_precision_costs_per_gpu():
             "bfloat16 weights, kahan": 10,  # + a bf16 compensation buffer
         }
     )
-    gen = GenerationConfig(layout="one_gpu", gpu_memory_utilization=0.3)
+    gen = GenerationConfig(backend="vllm", layout="one_gpu", gpu_memory_utilization=0.3)
     plain, kahan = (plan.memory_plan(qwen, "bfloat16", gen, 2, 1324, 80, update) for update in ("nearest", "kahan"))
     buffer = qwen.parameters * 2 / plan.GB
     for before, after in zip(plain, kahan):  # resident while generating and while training

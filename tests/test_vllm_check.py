@@ -44,10 +44,12 @@ def test_vllm_check_runs_green_on_the_cpu_engine(model_folder, tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "bench/vllm_check.py"), *args], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     cpu = json.loads(out.read_text())["layouts"]["cpu"]
-    assert cpu["passed"] == ["build", "sync", "cycles", "seeds", "timing"]
+    assert cpu["passed"] == ["build", "sync", "cycles", "seeds", "optimizer_step", "timing"]
     assert cpu["sync"]["compared"] == 14  # embedding, 5 norms, 2 layers x (qkv, o, gate_up, down) biases
     assert len(cpu["cycles"]["cycles"]) == 3 and "unsupported on the CPU build" in cpu["cycles"]["sleep"]
     for cycle in cpu["cycles"]["cycles"]:
         assert cycle["equal"] == 3 and cycle["probe_nats"] < 1e-4
     assert cpu["seeds"] == {"seeded_repeat_equal": True, "samples_differ": True, "prefix_cache_reset": [True, True]}
     assert 0 < cpu["timing"]["tokens"] <= 4 * 2 * 16 and cpu["timing"]["tokens_per_s"] > 0
+    step = cpu["optimizer_step"]  # a real AdamW step moved the weights; the engine took them, exactly
+    assert step["parameters_moved"] > 0 and step["compared"] == 14 and step["probe_nats"] < 1e-4

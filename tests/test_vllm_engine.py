@@ -9,6 +9,9 @@ Its tokenizer adds a BOS to text (as Llama's does), so every test also checks th
 
 import copy
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -470,3 +473,40 @@ def test_asynchronous_rollouts_come_from_the_version_the_rule_names(engine, rest
         rule = max(step - 1, 0)
         assert gaps[rule] < 1e-3, (step, gaps)
         assert all(gap > 10 * gaps[rule] for v, gap in enumerate(gaps) if v != rule), (step, gaps)
+
+
+FLASHINFER_PROBE = """
+import vllm
+from vllm.platforms import current_platform
+from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+from a5core.config.sections import GenerationConfig
+from a5core.generation.vllm import VLLMBackend
+
+
+class Built(Exception):
+    pass
+
+
+def engine(**kwargs):  # what vLLM's engine does on CUDA when it builds its sampler, then stop
+    TopKTopPSampler()
+    raise Built
+
+
+type(current_platform).is_cuda = lambda self: True  # vLLM's sampler takes its CUDA branch
+vllm.LLM = engine
+try:
+    VLLMBackend("unused", GenerationConfig())
+except Built:
+    print("sampler built")
+"""
+
+
+def test_the_cuda_sampler_builds_without_flashinfer(tmp_path):
+    """On CUDA, vLLM imports FlashInfer when it builds its sampler unless VLLM_USE_FLASHINFER_SAMPLER=0, and the
+    offline bundle carries no FlashInfer: the backend sets the variable before the engine is built. vLLM's own
+    sampler constructor runs with CUDA forced on, in a fresh process (vLLM reads the variable from the environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_USE_FLASHINFER_SAMPLER"}
+    done = subprocess.run([sys.executable, "-c", FLASHINFER_PROBE], env=env, capture_output=True, text=True)
+    assert "No module named 'flashinfer'" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 0 and "sampler built" in done.stdout, done.stderr[-2000:]

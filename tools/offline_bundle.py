@@ -418,9 +418,10 @@ def build(args: argparse.Namespace) -> dict:
     try:
         links = work / "built"
         links.mkdir()
-        vllm = args.vllm or choose_vllm(target, links)
-        print(f"vLLM {vllm} for torch {target.torch} (Python {target.python})", flush=True)
-        roots = [f"vllm=={vllm}", *args.pin]
+        vllm = None if args.no_vllm else args.vllm or choose_vllm(target, links)
+        if vllm:
+            print(f"vLLM {vllm} for torch {target.torch} (Python {target.python})", flush=True)
+        roots = [f"vllm=={vllm}"] * bool(vllm) + list(args.pin)
         if not args.no_project:
             roots += project_requirements(Path(args.pyproject), {canonical(n) for n in args.without})
         accept = {canonical(n) for n in args.accept}
@@ -575,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--without", nargs="*", default=[], help="project dependencies not to carry (e.g. dvc)")
     b.add_argument("--skip", nargs="*", default=list(SKIP), help="requirements to leave out (default: SKIP)")
     b.add_argument("--no-project", action="store_true", help="vLLM only, not the project's dependencies")
+    b.add_argument("--no-vllm", action="store_true", help="the project's dependencies only (the learner's bundle)")
     b.add_argument("--no-slim", action="store_true", help="keep vLLM's wheel whole")
     b.add_argument("--env-python", help="an interpreter of the target's Python (default: found here)")
     b.add_argument("--part-mib", type=float, default=42, help="the largest part, in MiB")

@@ -10,6 +10,7 @@
 - `generation.layout` on CUDA: `two_gpu` (the handout's: the engine on the second GPU, every engine call under its
   device) or `one_gpu` (colocated through vLLM's sleep mode, in TRL's order); without CUDA, vLLM's CPU build.
 - Every request samples from its own seeded stream (`request_seed`), so noise is independent across prompts.
+- FlashInfer's sampler is off (`ENGINE_ENVIRONMENT`): without it vLLM imports FlashInfer at engine start on CUDA.
 - `generation.cuda_graphs` on CUDA: vLLM's compiled model and CUDA graphs (its default; decode of a 1.5B model is
   launch-bound), or `enforce_eager` (no compile at engine start). The CPU build always runs eager.
 - Building the engine in this process leaves the trainer as it was: vLLM's worker reseeds the global RNGs (torch's,
@@ -36,6 +37,12 @@ from a5core.model import distributed, lora
 from a5core.model.microbatch import Cut
 from a5core.model.tokenization import encode_prompts
 
+# Set before vLLM is imported, unless the caller set them:
+# - VLLM_USE_FLASHINFER_SAMPLER=0: vLLM (0.26 to 0.32 at least) imports FlashInfer while it builds its sampler on CUDA
+#   (`flashinfer_sampler_supported`, no try/except) unless this is 0, and the offline bundle carries no FlashInfer. Its
+#   sampler serves no request here anyway: every request carries its own seed, which FlashInfer's kernels do not take.
+# - VLLM_CPU_KVCACHE_SPACE: GiB of KV cache on the CPU build.
+ENGINE_ENVIRONMENT = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
 PROBE_PROMPT = "User: What is 2 + 3? Explain step by step.\nAssistant: <think>"
 PROBE_TOKENS = 8
 
@@ -148,7 +155,7 @@ class VLLMBackend:
         # in-process engine, whatever the caller's environment says: weights move by reference, and collective_rpc
         # calls this module's functions directly (a separate engine process would need them pickled)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on the CPU build
+        os.environ.update({k: v for k, v in ENGINE_ENVIRONMENT.items() if k not in os.environ})
         with _keep_process_state():
             try:
                 import vllm

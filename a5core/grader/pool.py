@@ -232,6 +232,7 @@ class GraderPool:
         self.slots: list[_Slot] = []
         self.batch = 0  # id of the current `map`, carried by every request and reply
         self.auditor = GraderPool(AUDIT_PATH, workers, timeout_s, memory_mb) if audit else None
+        self.mapping_s = 0.0  # wall-clock seconds spent in `map` so far (`seconds`)
 
     def start(self) -> Self:
         """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
@@ -269,10 +270,21 @@ class GraderPool:
             slot.conn.close()
         self.slots = []
 
+    def seconds(self) -> float:
+        """Wall-clock seconds this pool and its auditor have spent grading (in `map`) since they were made."""
+        return self.mapping_s + (self.auditor.seconds() if self.auditor else 0.0)
+
     def map(self, responses: list[str], ground_truths: list, progress: bool = False) -> list[dict]:
         """Grade every pair; never hangs: each item has `timeout_s` of wall-clock time once a worker has it."""
         if len(responses) != len(ground_truths):
             raise ValueError("responses and ground_truths differ in length")
+        t0 = time.monotonic()
+        try:
+            return self._map(responses, ground_truths, progress)
+        finally:
+            self.mapping_s += time.monotonic() - t0
+
+    def _map(self, responses: list[str], ground_truths: list, progress: bool) -> list[dict]:
         while len(self.slots) < min(self.n, max(1, len(responses))):
             self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
         self.batch += 1

@@ -49,3 +49,15 @@ class Compute:
             resolved(model.autocast, device, weights=model.dtype, quiet=quiet),
             model.weight_update,
         )
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start a new `peak_gb` reading on `device` (nothing off CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gb(device: torch.device, key: str) -> dict[str, float]:
+    """{key: GiB}, the CUDA allocator's peak allocation on `device` since `reset_peak` (a step's `perf/peak_*_gb`);
+    {} off CUDA (the CPU has no such counter)."""
+    return {key: torch.cuda.max_memory_allocated(device) / 1024**3} if device.type == "cuda" else {}

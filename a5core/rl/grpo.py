@@ -37,7 +37,7 @@ from a5core.base.seeds import derive_seed
 from a5core.base.stats import mean
 from a5core.grader.audit import audit_metrics
 from a5core.model import distributed
-from a5core.model.compute import Compute
+from a5core.model.compute import Compute, peak_gb, reset_peak
 from a5core.model.optim import make_optimizer
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
@@ -169,7 +169,8 @@ def rollout(run: Run, step: int) -> Rollouts:
     generated during the previous step (`generate_step`, in the rollout thread), and the next step's start here."""
     if run.cfg.max_staleness:
         return _rollout_async(run, step)
-    cfg, t0 = run.cfg, time.monotonic()
+    cfg, t0, graded = run.cfg, time.monotonic(), run.pool.seconds()
+    reset_peak(run.device)  # the rollout phase's memory reading starts here
     rows = questions(run, step)
     run.backend.sync_weights(run.policy)
     t1 = time.monotonic()
@@ -182,7 +183,11 @@ def rollout(run: Run, step: int) -> Rollouts:
         samples, ds_stats = dynamic_sample(cfg, generate, rows, run.train_rows, step)
     else:
         samples, ds_stats = generate(rows, 0), {}
-    timing = {"perf/sync_s": t1 - t0, "perf/rollout_s": time.monotonic() - t1}
+    timing = {
+        "perf/sync_s": t1 - t0,
+        "perf/rollout_s": time.monotonic() - t1,
+        "perf/grade_s": run.pool.seconds() - graded,
+    }
     return prepared(run, samples, ds_stats, timing)
 
 
@@ -190,6 +195,7 @@ def _rollout_async(run: Run, step: int) -> Rollouts:
     """max_staleness 1: take step `step`'s `Generated` (made now from version `step` when none is in flight: the
     first step, a resume without one), sync version `step` and start step+1's."""
     t0 = time.monotonic()
+    reset_peak(run.device)  # the memory reading: this phase, the update of the step before overlapping it
     pending, run.inflight = run.inflight, None
     if pending is None:
         run.backend.sync_weights(run.policy)
@@ -230,7 +236,7 @@ def prepared(run: Run, samples: list[GradedSample], ds_stats: dict, timing: dict
         )
         batch, kl_stats = with_kl_in_reward(batch, behaviour, cfg)
         ds_stats = {**ds_stats, **kl_stats}
-    timing = {**timing, "perf/old_log_probs_s": time.monotonic() - t2}
+    timing = {**timing, "perf/old_log_probs_s": time.monotonic() - t2, **peak_gb(run.device, "perf/peak_rollout_gb")}
     return Rollouts(batch, {**rollout_stats(samples, meta), **ds_stats}, timing)
 
 
@@ -244,6 +250,7 @@ def update_policy(run: Run, rollouts: Rollouts, step: int) -> None:
         for s in range(0, n, cfg.train_batch_size):
             t3 = time.monotonic()
             idx = perm[s : s + cfg.train_batch_size]
+            reset_peak(run.device)  # this optimizer step's memory reading starts here
             row = optimizer_step(run.policy, run.opt, cfg, idx, rollouts.batch, run.device, run.compute)
             run.history.log(
                 "train",
@@ -255,6 +262,7 @@ def update_policy(run: Run, rollouts: Rollouts, step: int) -> None:
                     **rollouts.stats,
                     **rollouts.timing,
                     "perf/optimizer_s": time.monotonic() - t3,
+                    **peak_gb(run.device, "perf/peak_update_gb"),
                     "perf/wall_s": run.wall(),
                 },
             )

@@ -5,9 +5,9 @@ completions) and writes each one through, as it is logged, to:
 - dvclive (`<live>/plots/metrics/<namespace>/<name>.tsv`, x = `step`, the optimizer step; `<live>/metrics.json`), which
   `dvc plots`, the VS Code extension and DVC Studio read live;
 - `<logs>/<kind>.csv`, the whole rows but their wall-clock fields, which the plots stage and the next EI round read;
-- `<timing>/timing_<kind>.csv`, the wall-clock fields (`*_s`: seconds, and rates per second) by step, in the stage's
-  run-record folder (a5core/base/run_record.py). They are not a function of the stage's inputs, so they stay out of
-  every file a later stage hashes, and out of dvclive;
+- `<timing>/timing_<kind>.csv`, the measured fields (`*_s`: seconds, rates per second; `*_gb`: CUDA memory) by step,
+  in the stage's run-record folder (a5core/base/run_record.py). They are not a function of the stage's inputs, so
+  they stay out of every file a later stage hashes, and out of dvclive;
 - TensorBoard event files in `<live>/tensorboard` when `logging.tracker: tensorboard` (offline);
 - the console: one line per `console_every` optimizer steps with loss, reward, accuracy so far, entropy, tokens/s, ETA.
 It is checkpointable (`state()` / `restore()`): a resumed run replays its rows into every sink, so its files equal an
@@ -47,12 +47,13 @@ def plotted(key: str) -> bool:
 
 
 def is_timing(key: str) -> bool:
-    """Wall-clock fields: seconds (`rollout_s`, `wall_s`) and rates per second (`tokens_per_s`) end in `_s`."""
-    return key.endswith("_s")
+    """What the machine measured rather than what the inputs determine: seconds (`rollout_s`, `wall_s`) and rates per
+    second (`tokens_per_s`) end in `_s`, device memory readings (`peak_update_gb`, CUDA only) in `_gb`."""
+    return key.endswith(("_s", "_gb"))
 
 
 def timings(row: dict) -> dict:
-    """The wall-clock fields of a row or result."""
+    """The measured fields (`is_timing`) of a row or result."""
     return {k: v for k, v in row.items() if is_timing(k)}
 
 

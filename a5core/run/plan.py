@@ -160,18 +160,26 @@ def memory_plan(
     checkpointing: bool = False,
     adapters: int = 0,
     shards: int = 1,
+    rollout_tokens: int = PROMPT_TOKENS + 1024,
 ) -> list[DevicePlan]:
-    """One DevicePlan per GPU the layout uses (of each rank, on N ranks)."""
+    """One DevicePlan per GPU the layout uses (of each rank, on N ranks); `rollout_tokens`: a generated sequence's
+    longest (prompt and response), what the hf backend's KV cache holds per row."""
     hf_copy = gen.backend == "hf"  # fsdp2: the hf backend generates from a whole copy on each rank
     chosen = (update, logits_chunk, checkpointing, adapters, shards, hf_copy)
     train = training_memory(arch, dtype, micro_batch, seq_len, *chosen)
+    resident = {k: v for k, v in train.items() if k in RESIDENT}  # gradients are freed after each optimizer step
+    if gen.backend == "hf":  # the policy generates itself, on its own GPU: no engine (generation.layout is vLLM's)
+        generating = {**resident, **hf_generation_memory(arch, dtype, gen.batch_size, rollout_tokens)}
+        return [
+            DevicePlan("GPU 0 while generating (hf backend)", generating, gpu_gb),
+            DevicePlan("GPU 0 while training", {**train, "CUDA context": CUDA_CONTEXT_GB}, gpu_gb),
+        ]
     engine = gen.gpu_memory_utilization * gpu_gb
     if gen.layout == "two_gpu":
         return [
             DevicePlan("GPU 0 (policy, training)", train, gpu_gb),
             DevicePlan("GPU 1 (vLLM engine)", {"engine (gpu_memory_utilization)": engine}, gpu_gb),
         ]
-    resident = {k: v for k, v in train.items() if k in RESIDENT}  # gradients are freed after each optimizer step
     slack = CUDA_CONTEXT_GB + ALLOCATOR_SLACK_GB
     generating = DevicePlan(
         "GPU 0 while generating (engine awake)",
@@ -185,6 +193,23 @@ def memory_plan(
     )
     training = DevicePlan("GPU 0 while training (engine asleep)", {**train, **asleep}, gpu_gb)
     return [generating, training]
+
+
+def hf_generation_memory(arch: Arch, dtype: str, rows: int, tokens: int) -> dict[str, float]:
+    """GB the hf backend's sampling loop (a5core/generation/hf.py) adds to the policy's GPU while it generates a batch
+    of `rows` sequences (generation.batch_size) of up to `tokens`: the KV cache (keys and values of every layer, in
+    the weights' dtype), the prefill's largest transient bounded by one layer's activations over the whole batch's
+    prompts (PROMPT_TOKENS each; no graph is kept), and the sampling step's buffers over the vocabulary (float32
+    logits, softmax and entropy, float64 cumulative sum: 24 bytes per row and token id)."""
+    b = BYTES[dtype]
+    kv = arch.hidden // arch.heads * arch.kv_heads
+    prefill_layer = 8 * arch.hidden + 4 * arch.intermediate  # values per prompt token in one layer
+    return {
+        "hf backend: KV cache": rows * tokens * arch.layers * 2 * kv * b / GB,
+        "hf backend: prefill (one layer's activations)": rows * PROMPT_TOKENS * prefill_layer * b / GB,
+        "hf backend: sampling buffers": rows * arch.vocab * 24 / GB,
+        "CUDA context, allocator slack": CUDA_CONTEXT_GB + ALLOCATOR_SLACK_GB,
+    }
 
 
 def rl_option_memory(
@@ -216,6 +241,13 @@ def worst_case(params: dict) -> tuple[int, int]:
     return max(candidates, key=lambda c: c[0] * c[1])
 
 
+def rollout_tokens(params: dict) -> int:
+    """The longest sequence any stage generates: a prompt and the largest max_tokens of GRPO, EI and evaluation."""
+    limits = [r["max_tokens"] for r in grpo_runs(params)] + [params["ei"]["max_tokens"]]
+    limits += [params[s]["max_tokens"] for s in ("validation", "eval") if s in params]
+    return PROMPT_TOKENS + max(limits)
+
+
 def grpo_runs(params: dict) -> list[dict]:
     """Every GRPO run's settings: the shared section with each `grpo_runs` entry's overrides."""
     grpo = params["grpo"]
@@ -234,7 +266,8 @@ def training_plans(params: dict, arch: Arch, model: ModelConfig, gen: Generation
     chunk, ckpt = model.logits_chunk, model.gradient_checkpointing
     adapters = lora_parameters(arch, model.lora_rank, model.lora_targets)
     shards = shard_count(params)
-    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, model.weight_update, chunk, ckpt, adapters, shards)
+    chosen = (model.weight_update, chunk, ckpt, adapters, shards, rollout_tokens(params))
+    devices = memory_plan(arch, model.dtype, gen, 1, tokens, gpu_gb, *chosen)
     extra = rl_option_memory(params, arch, model.dtype, 1, tokens, chunk)
     for device in devices:
         if "vLLM engine" not in device.name:
@@ -317,24 +350,32 @@ def _inputs(params_path: str, model_dir: str) -> tuple[dict, ModelConfig, Genera
     return read_params(params_path), model, gen, architecture(model.source, model_dir)
 
 
+def device_plans(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[DevicePlan], int]:
+    """Each GPU's plan for the params file on a card of gpu_gb, and the training micro-batch in tokens it plans with
+    (what `model.micro_batch_tokens: auto` resolves to there)."""
+    params, model, gen, arch = _inputs(params_path, model_dir)
+    tokens = micro_batch_tokens(params, arch, model, gen, gpu_gb)
+    return training_plans(params, arch, model, gen, max(tokens, worst_case(params)[1]), gpu_gb), tokens
+
+
 def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> tuple[list[str], bool, int]:
     """The plan's lines, whether the memory plan fits (a CPU-only layout always does), and the training micro-batch
     in tokens it plans with (what `model.micro_batch_tokens: auto` resolves to on a card of gpu_gb)."""
     params, model, gen, arch = _inputs(params_path, model_dir)
     _, seq = worst_case(params)
     rollout = PROMPT_TOKENS + max(r["max_tokens"] for r in grpo_runs(params))
-    tokens = micro_batch_tokens(params, arch, model, gen, gpu_gb)
+    devices, tokens = device_plans(params_path, gpu_gb, model_dir)
     how = (
         "auto: the largest within 90% of the card" if model.micro_batch_tokens == "auto" else "model.micro_batch_tokens"
     )
+    generation = "hf backend (on the policy's GPU)" if gen.backend == "hf" else f"vLLM layout {gen.layout}"
     lines = [
         f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype} "
-        f"(weight update {model.weight_update}); layout {gen.layout}, card {gpu_gb:.0f} GB",
+        f"(weight update {model.weight_update}); {generation}, card {gpu_gb:.0f} GB",
         f"training micro-batch: {tokens} tokens ({how}) = {tokens / rollout:.1f} GRPO rollouts of {rollout} tokens, "
         f"{tokens / seq:.1f} sequences of the longest {seq}; logits_chunk {model.logits_chunk}, "
         f"gradient_checkpointing {model.gradient_checkpointing}",
     ]
-    devices = training_plans(params, arch, model, gen, max(tokens, seq), gpu_gb)
     for device in devices:
         lines += device.lines()
     chosen = next(n for n, c in PRECISIONS.items() if c == (model.dtype, model.weight_update))
