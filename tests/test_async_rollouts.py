@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import a5core.rl.grpo as grpo_mod
 from a5core.checks.inputs import staleness_problems
 from a5core.config.sections import ConfigError
 from a5core.generation.hf import HFBackend
-from tests.support.loops import Recorder, grpo_cfg, max_gap, run_grpo, sampled_log_probs
+from tests.support.loops import Recorder, grpo_cfg, max_gap, run_grpo, sampled_log_probs, stub_evaluation
 from tests.support.resume import checkpointer, straight_killed_resumed
 
 STEPS = 4
@@ -160,3 +161,39 @@ def test_the_time_budget_stops_between_steps_and_drops_the_batch_in_flight(tiny,
     assert details["steps_done"] == 2 and details["stopped_by_time_budget"]
     assert len(rec.samples) == 2 and len(history.rows["eval"]) == 2  # the start and the final validation
     assert not [t for t in threading.enumerate() if t.name.startswith("a5-rollouts")]  # the thread is gone
+
+
+class Watched(GatedBackend):
+    """A gated backend whose rollout-thread generations say while they run (and take a while)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generating = threading.Event()
+
+    def generate(self, prompts, sampling, progress=True):
+        if threading.current_thread() is threading.main_thread():
+            return super().generate(prompts, sampling, progress)
+        assert self.gate.acquire(timeout=120), "the learner never reached its update"
+        self.generating.set()
+        try:
+            time.sleep(0.5)  # longer than the tiny model's update: a validation that does not wait meets it
+            return HFBackend.generate(self, prompts, sampling, progress)
+        finally:
+            self.generating.clear()
+
+
+def test_a_mid_run_validation_waits_for_the_rollouts_in_flight(tiny, tmp_path, monkeypatch):
+    """Issue 59 item 4: validation shares the engine, so with eval_every 1 each mid-run validation starts only once
+    the next step's rollouts (generating in the thread since the update began) are done."""
+    model, tok = tiny
+    policy = copy.deepcopy(model)
+    backend = Watched(policy, tok, batch_size=8)
+    Recorder(monkeypatch, policy, before_update=lambda run: run.backend.gate.release())
+    met = []
+
+    def validate(p, *, full):
+        met.append(backend.generating.is_set())
+        return stub_evaluation()
+
+    run_grpo(policy, tok, tmp_path, _cfg(eval_every=1), backend=backend, validate=validate)
+    assert len(met) >= STEPS and not any(met)

@@ -302,3 +302,14 @@ def test_ei_rounds_do_not_rewarm_unless_asked(tiny, tmp_path):
     rewarm = EIConfig(n_questions=2, rollouts_per_question=3, lr=1e-3, max_tokens=8, rewarm=True)
     _, history = _round(copy.deepcopy(model), tok, 1, tmp_path / "b", cfg=rewarm, sft=replace(EI_SFT, warmup_ratio=1.0))
     assert history.rows["train"][0]["train/lr"] == pytest.approx(1e-3 / 2)  # 2 steps, both warming up
+
+
+def test_kl_in_the_reward_is_taken_under_the_rollout_policy(tiny, tmp_path):
+    """Issue 59 item 4: the loop gives `with_kl_in_reward` the rollout policy's log-probs. At step 1 the policy is the
+    reference (KL 0); after an update it is not, so step 2's penalty is > 0 (the reference's own log-probs in their
+    place would make it 0 at every step: the option silently off)."""
+    model, tok = tiny
+    cfg = grpo_cfg(kl_coef=0.1, kl_estimator="k1", kl_in_reward=True, use_std_normalization=False)
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, cfg)
+    kl = [r["rollout/kl"] for r in history.rows["train"]]
+    assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 1e-4

@@ -5,6 +5,7 @@ names the line each one guards). The update is read as the weight change of one 
 i.e. the step's gradient itself."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 from a5core.base.records import GradedSample, RolloutBatch
 from a5core.config.sections import ConfigError, from_dict
+from a5core.model.logprobs import get_response_log_probs
+from a5core.model.tokenization import tokenize_ids
 from a5core.rl.advantages import group_normalize
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
@@ -113,14 +116,14 @@ def test_a_kl_only_loss_moves_the_policy_toward_the_reference(tiny, estimator):
 def test_k1_is_refused_in_the_loss_and_allowed_in_the_reward():
     with pytest.raises(ConfigError, match="zero expected gradient"):
         cfg(kl_coef=0.1, kl_estimator="k1")
-    assert cfg(kl_coef=0.1, kl_estimator="k1", kl_in_reward=True).kl_in_reward
+    assert cfg(kl_coef=0.1, kl_estimator="k1", kl_in_reward=True, use_std_normalization=False).kl_in_reward
     with pytest.raises(ConfigError, match="kl_in_reward needs kl_coef"):
         cfg(kl_in_reward=True)
 
 
 def test_kl_in_the_reward_lowers_each_reward_by_beta_times_the_summed_k1(tiny):
     model, tok = tiny
-    b, c = batch(tok), cfg(kl_coef=0.5, kl_estimator="k1", kl_in_reward=True)
+    b, c = batch(tok), cfg(kl_coef=0.5, kl_estimator="k1", kl_in_reward=True, use_std_normalization=False)
     own = current(model, b)
     b.ref_log_probs = [lp - 0.1 * (torch.arange(lp.shape[0]) % 3) for lp in own]  # k1 of 0, 0.1, 0.2 by position
     raw = b.raw_rewards.clone()
@@ -130,10 +133,14 @@ def test_kl_in_the_reward_lowers_each_reward_by_beta_times_the_summed_k1(tiny):
         for p, o in zip(b.prompt_ids, b.output_ids)
     ]
     assert b.raw_rewards.tolist() == pytest.approx([r - 0.5 * k for r, k in zip(raw.tolist(), k1)], abs=1e-5)
-    assert torch.allclose(b.advantages, group_normalize(b.raw_rewards, 2, c.advantage_eps, True)[0])
-    assert stats["rollout/kl"] == pytest.approx(sum(k1) / N, abs=1e-5)
+    assert torch.allclose(b.advantages, group_normalize(b.raw_rewards, 2, c.advantage_eps, False)[0])
+    k3 = [  # rollout/kl logs the unbiased k3 of the same log-ratios, whatever the estimator
+        float(sum(math.exp(-(0.1 * (t % 3))) - 1 + 0.1 * (t % 3) for t in range(len(p) - 1, len(p) - 1 + len(o))))
+        for p, o in zip(b.prompt_ids, b.output_ids)
+    ]
+    assert stats["rollout/kl"] == pytest.approx(sum(k3) / N, abs=1e-5)
     # and the loss then holds no KL term: the same update as the run without KL, on these advantages
-    assert close(update(model, c, b)[0], update(model, cfg(), b)[0])
+    assert close(update(model, c, b)[0], update(model, cfg(use_std_normalization=False), b)[0])
 
 
 def test_extreme_log_probs_never_give_nan(tiny):
@@ -281,8 +288,196 @@ def test_the_advantage_estimators_by_hand(tiny):
     )
 
 
+def test_grpo_samples_without_min_tokens():
+    """Issue 59 item 5: min_tokens holds EOS back at the first tokens, so they are sampled from another distribution
+    than the policy whose log-probs the loss and TIS use (as temperature and top_p would be): refused."""
+    with pytest.raises(ConfigError, match="min_tokens samples the first tokens with EOS held back"):
+        cfg(min_tokens=4)
+    assert cfg().min_tokens == 0 and cfg().sampling(0).min_tokens == 0
+
+
 def test_grpo_trains_at_temperature_one_only():
     with pytest.raises(ConfigError, match="temperature 1.0 and top_p 1.0"):
         cfg(temperature=0.7)
     with pytest.raises(ConfigError, match="temperature 1.0 and top_p 1.0"):
         cfg(top_p=0.9)
+
+
+# ---- issue 59: KL in the reward that respects beta, REINFORCE++'s token-level returns, the estimators as verl's ----
+
+
+def all_wrong_group_with_kl(tok, kls=(0.0, 0.04, 0.08, 0.12)) -> tuple[RolloutBatch, list[torch.Tensor]]:
+    """One group of four all-wrong rollouts (reward 0) whose summed k1 to the reference are `kls`: the rollout
+    policy's log-probs, and reference log-probs lower by kl / length at each response token."""
+    g = torch.Generator().manual_seed(1)
+    prompt = tok("Q: 2 + 2?", add_special_tokens=False)["input_ids"]
+    outputs = [torch.randint(5, tok.vocab_size, (4,), generator=g).tolist() for _ in kls]
+    b = RolloutBatch([prompt] * 4, outputs, torch.zeros(4), torch.zeros(4), 0)
+    own = [torch.randn(len(prompt) + 4 - 1, generator=g) - 3 for _ in kls]
+    b.ref_log_probs = [lp.clone() for lp in own]
+    for ref, kl in zip(b.ref_log_probs, kls):
+        ref[len(prompt) - 1 :] -= kl / 4
+    return b, own
+
+
+def test_kl_in_the_reward_under_grpos_std_normalization_is_refused_and_beta_scales_it_otherwise(tiny):
+    """Issue 59 item 1: with grpo's std division an all-equal group keeps only its KL spread, scaled to +-1 whatever
+    beta is ([1.14, 0.38, -0.38, -1.14] at beta 0.001): refused. Without it (and under RLOO) the advantages are
+    linear in beta. (REINFORCE++(-baseline) whiten over the whole batch, as published: their scale is the batch's.)"""
+    with pytest.raises(ConfigError, match="whatever kl_coef is"):
+        cfg(kl_coef=0.001, kl_estimator="k1", kl_in_reward=True)
+    tok = tiny[1]
+    for estimator in ("grpo", "rloo"):
+        got = []
+        for beta in (0.001, 0.002):
+            c = cfg(kl_coef=beta, kl_estimator="k1", kl_in_reward=True, use_std_normalization=False, group_size=4)
+            c = dataclasses.replace(c, advantage_estimator=estimator)
+            b, own = all_wrong_group_with_kl(tok)
+            got.append(with_kl_in_reward(b, own, c)[0].advantages)
+        assert got[0].abs().max() > 0 and torch.allclose(got[1], 2 * got[0], atol=1e-7), estimator  # linear in beta
+        if estimator == "grpo":  # -beta * (kl - mean kl): 0.001 * (0.06, 0.02, -0.02, -0.06)
+            assert got[0].tolist() == pytest.approx([6e-5, 2e-5, -2e-5, -6e-5], abs=1e-8)
+
+
+def returns_whitened(rewards: list[list[float]]) -> list[list[float]]:
+    """REINFORCE++ by its definition (Hu, 2025, section 3): each token's return-to-go, whitened over every token."""
+    returns = [[sum(r[t:]) for t in range(len(r))] for r in rewards]
+    flat = [x for r in returns for x in r]
+    mean = sum(flat) / len(flat)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in flat) / (len(flat) - 1) + 1e-8)
+    return [[(x - mean) / sd for x in r] for r in returns]
+
+
+def test_reinforce_pp_with_kl_in_the_reward_trains_on_each_tokens_whitened_return(tiny):
+    """Issue 59 item 2: token-level rewards (-beta * k1 at each token, the task reward at the last), return-to-go,
+    whitened over the batch's tokens, as verl's compute_reinforce_plus_plus_outcome_advantage; and the update weighs
+    each token by its own advantage (the same update as per-rollout advantages only where they are constant)."""
+    model, tok = tiny
+    b = batch(tok)
+    own = current(model, b)
+    shift = [0.1 * (torch.arange(lp.shape[0]) % 3).float() for lp in own]  # k1 of 0, 0.1, 0.2 by position
+    b.ref_log_probs = [lp - s for lp, s in zip(own, shift)]
+    c = cfg(kl_coef=0.5, kl_estimator="k1", kl_in_reward=True, advantage_estimator="reinforce_pp")
+    task = b.raw_rewards.tolist()
+    b, _ = with_kl_in_reward(b, own, c)
+    rewards = []
+    for r, s, p, o in zip(task, shift, b.prompt_ids, b.output_ids):
+        token = [-0.5 * float(x) for x in s[len(p) - 1 : len(p) - 1 + len(o)]]
+        token[-1] += r
+        rewards.append(token)
+    want = returns_whitened(rewards)
+    for got, expected in zip(b.token_advantages, want):
+        assert got.tolist() == pytest.approx(expected, abs=1e-5)
+    # the update: -mean over rollouts of the mean over their tokens of A_t * log pi_t (masked_mean), by autograd
+    m = copy.deepcopy(model).train()
+    t = tokenize_ids(b.prompt_ids, b.output_ids, 0)
+    lp = get_response_log_probs(m, t["input_ids"], t["labels"])["log_probs"]  # (N, T)
+    adv = torch.zeros_like(lp)  # (N, T)
+    for i, (p, a) in enumerate(zip(b.prompt_ids, b.token_advantages)):
+        adv[i, len(p) - 1 : len(p) - 1 + a.shape[0]] = a
+    mask = t["response_mask"].float()  # (N, T)
+    (-((adv * lp * mask).sum(-1) / mask.sum(-1)).mean()).backward()
+    by_hand = torch.cat([-p.grad.flatten() for p in m.parameters()])
+    token_level, _ = update(model, c, b)
+    b.token_advantages = None  # one advantage per rollout instead: another update
+    assert close(token_level, by_hand) and not close(update(model, c, b)[0], by_hand)
+
+
+def test_kl_in_the_reward_uses_the_configured_estimator(tiny):
+    """Issue 59 item 5: k2 in the reward is 0.5 * log-ratio^2 per token, not k1."""
+    model, tok = tiny
+    b, own = all_wrong_group_with_kl(tok, kls=(0.4, 0.8, 1.2, 1.6))  # log-ratio kl / 4 at each of 4 tokens
+    raw = b.raw_rewards.clone()
+    c = cfg(kl_coef=1.0, kl_estimator="k2", kl_in_reward=True, use_std_normalization=False, group_size=4)
+    b, _ = with_kl_in_reward(b, own, c)
+    assert (raw - b.raw_rewards).tolist() == pytest.approx([4 * 0.5 * (k / 4) ** 2 for k in (0.4, 0.8, 1.2, 1.6)])
+
+
+def test_the_estimators_keep_their_gradient_and_log_an_unbiased_kl(tiny):
+    """Issue 59 items 4 and 5, through the update with advantages 0 (the KL term alone): k3's +-10 clamp holds its
+    value and its gradient there (a token at log-ratio -3, k3 16.1, moves nothing, as one at log-ratio 0); k3+ keeps
+    k2's gradient past a log-ratio of 20 (verl's: the straight-through part is unclamped); `train/kl` logs k3's
+    unclamped value."""
+    model, tok = tiny
+    b = batch(tok, advantages=(0.0, 0.0, 0.0, 0.0))
+    own = current(model, b)
+
+    def with_ref(shift_at_first: float) -> RolloutBatch:  # the first response token of rollout 0 shifted
+        out = copy.deepcopy(b)
+        out.ref_log_probs = [lp - 0.05 for lp in own]
+        start = len(b.prompt_ids[0]) - 1
+        out.ref_log_probs[0][start] = own[0][start] - shift_at_first
+        return out
+
+    clamped, row = update(model, cfg(kl_coef=1.0, kl_estimator="k3"), with_ref(-3.0))
+    flat, _ = update(model, cfg(kl_coef=1.0, kl_estimator="k3"), with_ref(0.0))
+    assert close(clamped, flat) and clamped.abs().max() > 0
+    tokens = sum(len(o) for o in b.output_ids)
+    k3 = (math.exp(3.0) - 1 - 3.0 + (tokens - 1) * (math.exp(-0.05) - 1 + 0.05)) / tokens
+    assert row["train/kl"] == pytest.approx(k3, rel=1e-4)  # 16.09 at that token, not the clamp's 10
+    far, _ = update(model, cfg(kl_coef=1.0, kl_estimator="k3+"), with_ref(25.0))
+    k2, _ = update(model, cfg(kl_coef=1.0, kl_estimator="k2"), with_ref(25.0))
+    near, _ = update(model, cfg(kl_coef=1.0, kl_estimator="k3+"), with_ref(0.05))
+    assert close(far, k2) and not close(far, near)  # the log-ratio of 25 pulls 25x harder, not 0x
+
+
+def test_dual_clip_leaves_positive_advantages_alone(tiny):
+    """Issue 59 item 4: dual-clip bounds the loss of A < 0 only. On-policy (every ratio 1) it binds nowhere, so the
+    update equals plain GRPO-Clip's for mixed advantages; applied to A > 0 too it would zero their gradient."""
+    model, tok = tiny
+    b = batch(tok)
+    b.old_log_probs = current(model, b)
+    plain, _ = update(model, cfg(loss_type="grpo_clip"), b)
+    dual, row = update(model, cfg(loss_type="grpo_clip", clip_ratio_c=3.0), b)
+    assert close(dual, plain) and row["train/clip_fraction"] == 0.0
+
+
+def test_gspo_clips_the_sequence_ratio_at_the_papers_range(tiny):
+    """Issue 59 items 4 and 5: GSPO's default range is its paper's (3e-4 below, 4e-4 above). A sequence ratio of
+    1.001 clips the rollouts with A > 0 (no gradient: the update of the batch with their advantages at 0) and not
+    those with A < 0; at the handout's 0.2 nothing clips."""
+    model, tok = tiny
+    assert cfg(loss_type="gspo").clip_bounds == (3e-4, 4e-4) and cfg(loss_type="grpo_clip").clip_bounds == 0.2
+    assert cfg(loss_type="gspo", cliprange=0.2).clip_bounds == 0.2
+    b = batch(tok)
+    b.old_log_probs = [lp - math.log(1.001) for lp in current(model, b)]
+    clipped, row = update(model, cfg(loss_type="gspo"), b)
+    positive_off = copy.deepcopy(b)
+    positive_off.advantages = torch.tensor([0.0, -1.0, 0.0, -0.5])
+    assert close(clipped, update(model, cfg(loss_type="gspo"), positive_off)[0])
+    assert row["train/clip_fraction"] == pytest.approx((3 + 7) / (3 + 5 + 7 + 9))  # rollouts 0 and 2's tokens
+    wide, wide_row = update(model, cfg(loss_type="gspo", cliprange=0.2), b)
+    assert wide_row["train/clip_fraction"] == 0.0 and not close(wide, clipped)
+
+
+def test_gspo_takes_the_mean_log_ratio_before_any_clamp(tiny):
+    """Issue 59 item 4: one token's log-ratio of 30 in a 9-token response is a mean of 30 / 9; GSPO's gradient depends
+    on that mean only, so it equals the update of a uniform 30 / 9 at every token (clamping the token at 10 first
+    would make the mean 10 / 9). Negative advantages: s = e^3.3 is unclipped from above for A < 0."""
+    model, tok = tiny
+    b = batch(tok, advantages=(-1.0, -1.0, -1.0, -1.0))
+    own = current(model, b)
+    spiked, uniform = copy.deepcopy(b), copy.deepcopy(b)
+    spiked.old_log_probs, uniform.old_log_probs = [lp.clone() for lp in own], [lp.clone() for lp in own]
+    for i, (p, o) in enumerate(zip(b.prompt_ids, b.output_ids)):
+        spiked.old_log_probs[i][len(p) - 1] -= 30.0
+        uniform.old_log_probs[i][len(p) - 1 : len(p) - 1 + len(o)] -= 30.0 / len(o)
+    got, _ = update(model, cfg(loss_type="gspo"), spiked)
+    assert close(got, update(model, cfg(loss_type="gspo"), uniform)[0]) and got.abs().max() > 0
+
+
+def test_kl_and_entropy_terms_are_weighted_by_tis_as_the_policy_gradient_is(tiny):
+    """Issue 59 item 5: under TIS (required with max_staleness 1) the KL and entropy terms are estimated on the
+    engine's samples too, so they carry the same capped weight: pi_old / pi_rollout = 2 doubles the KL-only update."""
+    model, tok = tiny
+    b = batch(tok, advantages=(0.0, 0.0, 0.0, 0.0))
+    b.old_log_probs = current(model, b)
+    b.ref_log_probs = [lp - 0.05 for lp in b.old_log_probs]
+    b.rollout_log_probs = [
+        old[len(p) - 1 : len(p) - 1 + len(o)] - math.log(2)
+        for old, p, o in zip(b.old_log_probs, b.prompt_ids, b.output_ids)
+    ]
+    for term in ({"kl_coef": 1.0, "kl_estimator": "k2"}, {"entropy_coef": 0.1}):
+        off, _ = update(model, cfg(loss_type="grpo_clip", **term), b)
+        on, _ = update(model, cfg(loss_type="grpo_clip", tis_cap=3.0, **term), b)
+        assert off.abs().max() > 0 and close(on, 2 * off), term

@@ -171,3 +171,33 @@ def test_maj_at_k_votes_over_the_answers_the_grader_judged_equal():
     assert at_k_scores(samples, 5)["maj@5"] == {"q": 1.0}
     wrong_split = [*samples[1:2], *samples[3:4], *samples[:1]]  # "3", "3", "0.5": the two 3s win
     assert at_k_scores(wrong_split, 3)["maj@3"] == {"q": 0.0}
+
+
+def test_maj_at_k_groups_wrong_answers_by_the_graders_equivalence_too():
+    """Issue 59's example: truth 2, answers [0.5, 2, 1/2, 2, \\frac{1}{2}]. 0.5, 1/2 and \\frac{1}{2} are one wrong
+    answer with three votes against the right one's two: maj@5 = 0 (by text it was 1). The classes come from the real
+    grader pool, at most d (d - 1) / 2 comparisons for d distinct wrong answers, the same on a repeat."""
+    from a5core.base.records import GradedSample
+    from a5core.grader import GraderPool
+    from a5core.run.evaluation import at_k_scores
+
+    def sample(uid, j, answer, truth):
+        r = float(answer == truth)
+        return GradedSample(uid, j, "p", "r", truth, answer, "x", 1.0, r, r, 8, "stop", "s", "l")
+
+    answers = {"q0": ["0.5", "2", "1/2", "2", "\\frac{1}{2}"], "q1": ["1", "0.75", "2", "3/4", "6/8"]}
+    truths = {"q0": "2", "q1": "1"}
+    samples = [sample(uid, j, a, truths[uid]) for uid, ans in answers.items() for j, a in enumerate(ans)]
+    asked: list[int] = []
+    with GraderPool(workers=1) as pool:
+
+        def same(pairs):
+            asked.append(len(pairs))
+            return pool.same_answers(pairs)
+
+        votes = at_k_scores(samples, 5, same)["maj@5"]
+        assert votes == {"q0": 0.0, "q1": 0.0} and at_k_scores(samples, 5, pool.same_answers)["maj@5"] == votes
+        assert at_k_scores(samples, 5)["maj@5"] == {"q0": 1.0, "q1": 1.0}  # by normalized text: split, 1 wins
+        # distinct wrong answers: q0's 0.5, 1/2, \frac{1}{2}; q1's 0.75, 2, 3/4, 6/8: all pairs in one batch
+        assert asked == [3 * 2 // 2 + 4 * 3 // 2]
+        assert pool.same_answers([("0.5", "1/2"), ("3/4", "0.75"), ("3", "4")]) == [True, True, False]

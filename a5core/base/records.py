@@ -146,6 +146,7 @@ class RolloutBatch:
     ref_log_probs: list[torch.Tensor] | None = None  # per rollout (T_i,), under the frozen reference (grpo.kl_coef)
     keep: torch.Tensor | None = None  # (N,) 0.0 for truncated rollouts (grpo.mask_truncated)
     rollout_log_probs: list[torch.Tensor] | None = None  # per rollout (O_i,), the engine's own (grpo.tis_cap)
+    token_advantages: list[torch.Tensor] | None = None  # per rollout (O_i,): REINFORCE++'s with KL in the reward
 
     def __len__(self) -> int:
         return len(self.output_ids)

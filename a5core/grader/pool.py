@@ -233,6 +233,7 @@ class GraderPool:
         self.batch = 0  # id of the current `map`, carried by every request and reply
         self.auditor = GraderPool(AUDIT_PATH, workers, timeout_s, memory_mb) if audit else None
         self.mapping_s = 0.0  # wall-clock seconds spent in `map` so far (`seconds`)
+        self.comparer: GraderPool | None = None  # `same_answers`' pool of the built-in rules, started on first use
 
     def start(self) -> Self:
         """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
@@ -256,8 +257,9 @@ class GraderPool:
         self.close()
 
     def close(self) -> None:
-        if self.auditor:
-            self.auditor.close()
+        for sibling in (self.auditor, self.comparer):
+            if sibling is not None:
+                sibling.close()
         for slot in self.slots:
             try:
                 slot.conn.send(None)
@@ -271,8 +273,20 @@ class GraderPool:
         self.slots = []
 
     def seconds(self) -> float:
-        """Wall-clock seconds this pool and its auditor have spent grading (in `map`) since they were made."""
-        return self.mapping_s + (self.auditor.seconds() if self.auditor else 0.0)
+        """Wall-clock seconds this pool and its sibling pools have spent grading (in `map`) since they were made."""
+        return self.mapping_s + sum(p.seconds() for p in (self.auditor, self.comparer) if p is not None)
+
+    def same_answers(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        """For each (answer, other) pair of extracted answers: whether the grader's built-in rules judge `answer`
+        equal to `other` taken as the ground truth (maj@k's answer classes, a5core.run.evaluation.answer_classes),
+        each under this pool's time and memory bounds in a sibling pool of workers started on first use."""
+        if not pairs:
+            return []
+        if self.comparer is None:
+            self.comparer = GraderPool(SINGLE_CALL_PATH, self.n, self.timeout_s, self.memory_mb)
+        responses = [f"</think> <answer>{answer}</answer>" for answer, _ in pairs]
+        graded = self.comparer.map(responses, [(other, "r1_zero") for _, other in pairs])
+        return [g["answer_reward"] == 1.0 for g in graded]
 
     def map(self, responses: list[str], ground_truths: list, progress: bool = False) -> list[dict]:
         """Grade every pair; never hangs: each item has `timeout_s` of wall-clock time once a worker has it."""

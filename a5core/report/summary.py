@@ -63,8 +63,8 @@ def protocol_text(results: list[Result], validation_set: str = "") -> list[str]:
             [
                 "",
                 f"With {k} samples per question: pass@k is Chen et al.'s unbiased estimate from the {k} samples, "
-                f"maj@{k} the majority vote over the answers, every answer the grader judged correct one vote for "
-                "the same class and the others by their normalized form (a tie goes to the answer sampled first), "
+                f"maj@{k} the majority vote over the answers, grouped into classes the grader judges equal (every "
+                "correct answer one class, the wrong ones by the same rules; a tie goes to the answer sampled first), "
                 "each with a bootstrap interval over questions and a paired change like accuracy's.",
             ]
             if k > 1

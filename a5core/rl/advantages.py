@@ -65,6 +65,24 @@ def reinforce_pp_baseline(raw: Tensor, group_size: int, lengths: Tensor, cfg) ->
     return _whiten_tokens(centered, lengths), _all_equal(grouped)  # (N,)
 
 
+def reinforce_pp_token_advantages(task_rewards: Tensor, penalties: list[Tensor]) -> list[Tensor]:
+    """REINFORCE++ with token-level rewards (Hu, 2025, arXiv:2501.03262, section 3; verl's
+    compute_reinforce_plus_plus_outcome_advantage with gamma 1): token t's reward is -penalties_t (beta * KL with
+    `grpo.kl_in_reward`) and the last token's adds the task reward; each token's advantage is its return-to-go (the
+    rewards from it to the end) whitened over the batch's response tokens (mean, unbiased variance, eps 1e-8).
+    task_rewards (N,), penalties (O_i,) each -> advantages (O_i,) each."""
+    returns = []
+    for reward, penalty in zip(task_rewards.float(), penalties):
+        rewards = -penalty.float()  # (O,)
+        rewards = torch.cat([rewards[:-1], rewards[-1:] + reward])  # (O,): the outcome at the last token
+        returns.append(rewards.flip(0).cumsum(0).flip(0))  # (O,) return-to-go
+    flat = torch.cat(returns)  # (sum O,)
+    n = flat.numel()
+    mean = flat.mean()
+    var = ((flat - mean) ** 2).sum() / max(n - 1, 1)
+    return [(r - mean) * torch.rsqrt(var + 1e-8) for r in returns]  # (O_i,) each
+
+
 def grpo(raw: Tensor, group_size: int, lengths: Tensor, cfg) -> tuple[Tensor, dict[str, float]]:
     """The handout's group normalization (`group_normalize`) with the run's eps, std and ddof settings."""
     return group_normalize(raw, group_size, cfg.advantage_eps, cfg.use_std_normalization, cfg.std_ddof)

@@ -45,7 +45,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     std_ddof: Annotated[int, Bound(0, 1)] = 1  # 1: unbiased group std (handout), 0: population std
     length_normalization: LengthNorm = "masked_mean"  # per-sequence reduction, a name in losses.LENGTH_NORMALIZERS
     normalize_constant: PositiveFloat = 1024.0  # divisor for masked_normalize (usually max_tokens)
-    cliprange: PositiveFloat = 0.2  # epsilon of GRPO-Clip
+    cliprange: PositiveFloat | None = None  # clip epsilon; None: the loss's own (grpo_clip 0.2, gspo 3e-4/4e-4)
     reward_fn: str | None = None  # the reward GRPO trains on (module:function); None = the prompt's (REWARD_FNS)
     max_grad_norm: PositiveFloat = 1.0  # gradient clipping
     weight_decay: NonNegativeFloat = 0.0  # AdamW weight decay
@@ -55,6 +55,9 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     checkpoint_every: NonNegative = 1  # steps between resumable checkpoints (0 = never)
     time_budget_s: NonNegativeFloat = 0.0  # wall-clock budget in seconds (0 = none): stop, validate, report best
     max_staleness: Annotated[int, Bound(0, 1)] = 0  # 0: synchronous; 1: step k+1's rollouts generate during step k
+    min_tokens: NonNegative = (
+        0  # must be 0: EOS held back for the first tokens is a sampler GRPO does not train (rules)
+    )
 
     def problems(self) -> list[str]:
         """The handout's consistency rules, and names that must exist."""
@@ -72,6 +75,12 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
                 self.temperature == 1.0 and self.top_p == 1.0,
                 "GRPO's loss and TIS use the policy's log-probs at temperature 1 over the whole vocabulary: sample "
                 f"with temperature 1.0 and top_p 1.0 (got {self.temperature}, {self.top_p})",
+            ),
+            (
+                self.min_tokens == 0,
+                "GRPO's loss and TIS use the policy's own log-probs, but min_tokens samples the first tokens with EOS "
+                f"held back, from another distribution: set grpo.min_tokens 0 (got {self.min_tokens}); an empty "
+                "response then earns its reward like any other",
             ),
             (
                 self.length_normalization in LENGTH_NORMALIZERS,

@@ -21,10 +21,17 @@ from a5core.model.autocast import autocast_context
 from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import pad_token_id, tokenize_ids
-from a5core.rl.advantages import ADVANTAGE_ESTIMATORS
+from a5core.rl.advantages import ADVANTAGE_ESTIMATORS, reinforce_pp_token_advantages
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import grpo_microbatch_train_step, normalizer_units
-from a5core.rl.rl_options import engine_log_probs, kl_reward_penalty, loss_terms, overlong_penalty, truncation_keep
+from a5core.rl.rl_options import (
+    engine_log_probs,
+    kl_logged,
+    kl_reward_tokens,
+    loss_terms,
+    overlong_penalty,
+    truncation_keep,
+)
 
 
 def _batch(rollouts: RolloutBatch, idx: list[int], device) -> dict:
@@ -60,14 +67,36 @@ def advantages(raw: torch.Tensor, outputs: list[list[int]], cfg: GRPOConfig) -> 
 def with_kl_in_reward(
     batch: RolloutBatch, rollout_log_probs: list[torch.Tensor], cfg: GRPOConfig
 ) -> tuple[RolloutBatch, dict]:
-    """`grpo.kl_in_reward`: beta * each response's summed k1 under the rollout policy subtracted from its reward, then
-    the advantages estimated again (verl's apply_kl_penalty before compute_advantage). Returns the batch and its
-    `rollout/kl` (the mean summed k1 per response)."""
+    """`grpo.kl_in_reward` (verl's apply_kl_penalty before compute_advantage): each response token's reward is
+    -beta * the KL estimate (`grpo.kl_estimator`'s value) under the rollout policy, and the last token's adds the task
+    reward. REINFORCE++ trains on each token's return-to-go whitened over the batch
+    (`reinforce_pp_token_advantages`); the other estimators on each response's summed reward (the task reward less
+    beta * its summed KL) as its outcome. Returns the batch and `rollout/kl`: the mean over responses of their summed
+    `kl_logged`, an unbiased KL(pi_rollout || ref)."""
     prompts, outputs = [len(p) for p in batch.prompt_ids], [len(o) for o in batch.output_ids]
-    kl = kl_reward_penalty(rollout_log_probs, batch.ref_log_probs, prompts, outputs)  # (N,)
-    batch.raw_rewards = batch.raw_rewards - cfg.kl_coef * kl  # (N,)
+    kl = kl_reward_tokens(rollout_log_probs, batch.ref_log_probs, prompts, outputs, cfg.kl_estimator)  # (O_i,) each
+    penalties = [cfg.kl_coef * k for k in kl]  # (O_i,) each
+    if cfg.advantage_estimator == "reinforce_pp":
+        batch.token_advantages = reinforce_pp_token_advantages(batch.raw_rewards, penalties)  # (O_i,) each
+    batch.raw_rewards = batch.raw_rewards - torch.stack([p.sum() for p in penalties])  # (N,)
     batch.advantages, _ = advantages(batch.raw_rewards, batch.output_ids, cfg)  # (N,)
-    return batch, {"rollout/kl": float(kl.mean())}
+    logged = [
+        kl_logged(lp[p - 1 : p - 1 + o], ref[p - 1 : p - 1 + o]).sum()  # ()
+        for lp, ref, p, o in zip(rollout_log_probs, batch.ref_log_probs, prompts, outputs)
+    ]
+    return batch, {"rollout/kl": float(torch.stack(logged).mean())}
+
+
+def _advantage_rows(rollouts: RolloutBatch, idx: list[int], width: int, device) -> torch.Tensor:
+    """The advantages the loss weighs micro-batch `idx` by: one per rollout (b, 1), or with token-level advantages
+    (REINFORCE++ with KL in the reward) each token's at its label position (b, T), zero elsewhere (masked out)."""
+    if rollouts.token_advantages is None:
+        return rollouts.advantages[idx].unsqueeze(-1).to(device)  # (b, 1)
+    out = torch.zeros(len(idx), width)  # (b, T)
+    for j, i in enumerate(idx):
+        start, adv = len(rollouts.prompt_ids[i]) - 1, rollouts.token_advantages[i]  # label t predicts id t + 1
+        out[j, start : start + adv.shape[0]] = adv
+    return out.to(device)  # (b, T)
 
 
 def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int, cut: microbatch.Cut) -> list[list[int]]:
@@ -132,7 +161,7 @@ def _micro_step(
         microbatch.share(step_units, normalizer_units(cfg.length_normalization, mask)) / weight if weight else math.inf,
         cfg.loss_type,
         raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
-        advantages=rollouts.advantages[mi].unsqueeze(-1).to(device),  # (b, 1)
+        advantages=_advantage_rows(rollouts, mi, width, device),  # (b, 1), or (b, T) token-level
         old_log_probs=old,
         cliprange=cfg.clip_bounds,
         length_normalization=cfg.length_normalization,

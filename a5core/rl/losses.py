@@ -170,6 +170,10 @@ PG_LOSSES: dict[str, PGLossFn] = {
 }
 OFF_POLICY_LOSSES: set[str] = {"grpo_clip", "grpo_no_clip", "gspo"}
 CLIPPED_LOSSES: set[str] = {"grpo_clip", "gspo"}  # the losses that apply `cliprange` (clip-higher, dual-clip)
+# each clipped loss's (eps_low, eps_high) when `grpo.cliprange` is null: GRPO-Clip's 0.2 (Shao et al., 2024; the
+# handout's); GSPO's sequence-level ratio stays within a few 1e-4 of 1, so its paper clips at 3e-4 / 4e-4 (Zheng et
+# al., 2025, section 5.1; TRL's GSPO recipe and verl's gspo example use the same)
+DEFAULT_CLIPRANGE: dict[str, tuple[float, float]] = {"grpo_clip": (0.2, 0.2), "gspo": (3e-4, 4e-4)}
 
 
 def register_pg_loss(name: str, fn: PGLossFn, *, off_policy: bool) -> None:

@@ -16,7 +16,8 @@ Every option is one field of `RLOptions` (which `GRPOConfig` extends) and one sm
 - `tis_cap`: truncated importance sampling against the rollout engine's own log-probs (Yao et al., 2025, "Your
   efficient RL framework secretly brings you off-policy RL training"; TRL's `vllm_importance_sampling_cap`, verl's
   `rollout_is`): the engine (vLLM kernels, bf16) and the trainer disagree slightly on pi, so the PG loss of each
-  token is weighted by min(pi_train / pi_rollout, C).
+  token is weighted by min(pi_train / pi_rollout, C); so are the KL and entropy terms in the loss, estimated on the
+  same samples (under max_staleness 1 the previous weights'), with the same per-token approximation.
 - `dynamic_sampling` / `max_refill_rounds`: DAPO's dynamic sampling. A group whose rewards are all equal has zero
   advantage everywhere, so it only dilutes the batch: such groups are dropped and fresh questions are generated,
   up to `max_refill_rounds` extra rounds, until the step has `questions_per_step` groups with mixed rewards. At the
@@ -39,10 +40,11 @@ from torch import Tensor
 
 from a5core.base.seeds import derive_seed
 from a5core.config.sections import Bound, NonNegative, NonNegativeFloat, PositiveFloat, Section
-from a5core.rl.losses import CLIPPED_LOSSES
+from a5core.rl.losses import CLIPPED_LOSSES, DEFAULT_CLIPRANGE
 
 KLEstimator = Literal["k1", "k2", "k3", "k3+"]
-LOG_RATIO_BOUND = 20.0  # |log pi - log ref| clamped before exp (verl); k3 itself to +-10
+LOG_RATIO_BOUND = 20.0  # |log pi - log ref| clamped before exp (verl's low_var_kl); k3 itself to +-10
+K3_BOUND = 10.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,12 @@ class RLOptions(Section):
             ),
             (not self.kl_in_reward or self.kl_coef > 0, "kl_in_reward needs kl_coef > 0 (the penalty's beta)"),
             (
+                not (self.kl_in_reward and self.advantage_estimator == "grpo" and self.use_std_normalization),
+                "kl_in_reward under grpo's std normalization: a group whose task rewards are all equal keeps only its "
+                "KL spread, which dividing by its std scales to +-1 whatever kl_coef is; set use_std_normalization: "
+                "false, or advantage_estimator rloo, reinforce_pp or reinforce_pp_baseline",
+            ),
+            (
                 self.clip_ratio_c is None or self.loss_type in CLIPPED_LOSSES,
                 f"clip_ratio_c (dual-clip) needs a clipped loss ({', '.join(sorted(CLIPPED_LOSSES))}), not "
                 f"{self.loss_type!r}",
@@ -96,11 +104,15 @@ class RLOptions(Section):
     @property
     def clip_bounds(self) -> float | tuple:
         """What the loss table receives as `cliprange`: the float of the handout, or (eps_low, eps_high), or with
-        dual-clip (eps_low, eps_high, c)."""
-        if self.cliprange_high is None and self.clip_ratio_c is None:
-            return self.cliprange
-        high = self.cliprange if self.cliprange_high is None else self.cliprange_high
-        return (self.cliprange, high) if self.clip_ratio_c is None else (self.cliprange, high, self.clip_ratio_c)
+        dual-clip (eps_low, eps_high, c). `cliprange` None is the loss's own (DEFAULT_CLIPRANGE: GRPO-Clip's 0.2,
+        GSPO's paper's 3e-4 below and 4e-4 above); `cliprange_high` None is the low bound's counterpart."""
+        low, default_high = DEFAULT_CLIPRANGE.get(self.loss_type, (0.2, 0.2))
+        if self.cliprange is not None:
+            low = default_high = self.cliprange
+        high = default_high if self.cliprange_high is None else self.cliprange_high
+        if low == high and self.clip_ratio_c is None:
+            return low
+        return (low, high) if self.clip_ratio_c is None else (low, high, self.clip_ratio_c)
 
 
 # ---- KL to a reference (Schulman, "Approximating KL Divergence", 2020); samples come from the policy ----
@@ -108,9 +120,10 @@ class RLOptions(Section):
 
 # With samples from pi, E[grad k] in the loss is: k1: 0 (E_pi[grad log pi] = 0; refused in the loss, a reward penalty
 # only); k2: grad KL(pi || ref); k3: grad KL(ref || pi) (the other direction: DeepSeekMath's and TRL's convention);
-# k3+: grad KL(pi || ref), k2's, with k3's value (verl's straight-through "k3+"). The log-ratio is clamped to
-# +-LOG_RATIO_BOUND and k3 to [-10, 10] as verl's `kl_penalty` does, so no finite log-prob gives inf or NaN (a
-# zero-padded reference log-prob at a masked position included).
+# k3+: grad KL(pi || ref), k2's, with k3's value (verl's straight-through "k3+"). As verl's `kl_penalty` (checked
+# against verl/trainer/ppo/core_algos.py): only k3 is clamped, its log-ratio to +-LOG_RATIO_BOUND before exp and its
+# value to +-K3_BOUND, so no finite log-prob gives inf or NaN (a zero-padded reference log-prob at a masked position
+# included); k1 and k2 are finite for finite input and keep their gradient at any log-ratio (k3+'s k2 part too).
 
 
 def _k1(log_ratio: Tensor) -> Tensor:
@@ -123,15 +136,21 @@ def _k2(log_ratio: Tensor) -> Tensor:
     return 0.5 * log_ratio**2  # (B, T)
 
 
+def _k3_unclamped(log_ratio: Tensor) -> Tensor:
+    """ref/pi - 1 - log(ref/pi), the log-ratio clamped to +-LOG_RATIO_BOUND only (finite)."""
+    lr = log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
+    return torch.exp(-lr) - 1.0 + lr  # (B, T)
+
+
 def _k3(log_ratio: Tensor) -> Tensor:
     """k3 = ref/pi - 1 - log(ref/pi): unbiased value of KL(pi || ref), non-negative, low variance (Shao et al., 2024);
     its expected gradient is grad KL(ref || pi). Clamped to [-10, 10] (verl's low_var_kl)."""
-    return (torch.exp(-log_ratio) - 1.0 + log_ratio).clamp(-10.0, 10.0)  # (B, T)
+    return _k3_unclamped(log_ratio).clamp(-K3_BOUND, K3_BOUND)  # (B, T)
 
 
 def _k3_plus(log_ratio: Tensor) -> Tensor:
-    """k3's value with k2's gradient (straight-through, verl's "k3+"): logs an unbiased KL(pi || ref) and pulls
-    toward the reference along grad KL(pi || ref), what `kl_coef` promises."""
+    """k3's value with k2's gradient (straight-through, verl's "k3+"): logs KL(pi || ref) as k3 does and pulls
+    toward the reference along grad KL(pi || ref), what `kl_coef` promises (the unclamped log-ratio's gradient)."""
     k2 = _k2(log_ratio)  # (B, T)
     return k2 - k2.detach() + _k3(log_ratio).detach()  # (B, T)
 
@@ -141,21 +160,30 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k
 
 def kl_penalty(policy_log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Tensor:
     """Per-token KL estimate (B, T); the gradient flows through the policy's log-probs only."""
-    log_ratio = (policy_log_probs - ref_log_probs.detach()).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (B, T)
-    return KL_ESTIMATORS[estimator](log_ratio)  # (B, T)
+    return KL_ESTIMATORS[estimator](policy_log_probs - ref_log_probs.detach())  # (B, T)
 
 
-def kl_reward_penalty(
-    rollout_log_probs: list[Tensor], ref_log_probs: list[Tensor], prompt_lengths: list[int], output_lengths: list[int]
-) -> Tensor:
-    """KL in the reward (verl's `use_kl_in_reward` with k1): each rollout's summed k1 over its response tokens under
-    the rollout policy (no gradient), (N,); the loop subtracts beta times it from the reward before the advantages.
-    Rows are log-probs of label positions (padded past the rollout); the response is labels p - 1 .. p + o - 2."""
+def kl_logged(policy_log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """What `train/kl` and `rollout/kl` log per token, whatever the estimator: k3's value without its +-10 clamp, an
+    unbiased estimate of KL(pi || ref) (the clamp would bias it low), no gradient (B, T)."""
+    return _k3_unclamped((policy_log_probs - ref_log_probs).detach())  # (B, T)
+
+
+def kl_reward_tokens(
+    rollout_log_probs: list[Tensor],
+    ref_log_probs: list[Tensor],
+    prompt_lengths: list[int],
+    output_lengths: list[int],
+    estimator: str,
+) -> list[Tensor]:
+    """KL in the reward (verl's `apply_kl_penalty`): each rollout's per-token KL estimate (`estimator`'s value, no
+    gradient) under the rollout policy, over its response tokens, (O_i,) each; beta times it is the token-level
+    penalty. Rows are log-probs of label positions (padded past the rollout); the response is labels p - 1 ..
+    p + o - 2."""
     out = []
     for lp, ref, p, o in zip(rollout_log_probs, ref_log_probs, prompt_lengths, output_lengths):
-        log_ratio = (lp[p - 1 : p - 1 + o] - ref[p - 1 : p - 1 + o]).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (o,)
-        out.append(_k1(log_ratio).sum())
-    return torch.stack(out).detach()  # (N,)
+        out.append(KL_ESTIMATORS[estimator]((lp[p - 1 : p - 1 + o] - ref[p - 1 : p - 1 + o]).detach()))  # (o,)
+    return out
 
 
 # ---- overlong handling (DAPO; Yu et al., 2025) ----
@@ -286,14 +314,13 @@ def loss_terms(
     penalty = None
     if opts.kl_coef and not opts.kl_in_reward:
         ref = _pad(rollouts.ref_log_probs, idx, width).to(lp.device)  # (B, T)
-        kl = kl_penalty(lp, ref, opts.kl_estimator)  # (B, T)
-        sums["kl"] = kl.detach()
-        penalty = opts.kl_coef * kl  # (B, T)
+        sums["kl"] = kl_logged(lp, ref)  # (B, T)
+        penalty = opts.kl_coef * kl_penalty(lp, ref, opts.kl_estimator)  # (B, T)
     if opts.entropy_coef:
         bonus = -opts.entropy_coef * out["token_entropy"]  # (B, T) a bonus lowers the loss
         penalty = bonus if penalty is None else penalty + bonus
-    if penalty is not None:
-        kwargs["penalty"] = penalty
+    if penalty is not None:  # under TIS, weighted as the PG term is: these terms too are estimated on the engine's
+        kwargs["penalty"] = penalty * kwargs["pg_weight"] if opts.tis_cap else penalty  # samples (max_staleness 1)
     if opts.mask_truncated:
         kwargs["sample_weight"] = rollouts.keep[idx].unsqueeze(-1).to(lp.device)  # (B, 1)
     return kwargs, sums

@@ -7,9 +7,10 @@ the per-subject, per-level and grading-status breakdowns are kept apart (`Evalua
 metrics files DVC shows stay a few columns wide.
 - With n > 1 samples per question, beside avg@n (`eval/accuracy`): `eval/pass@k` for k = 2, 4, ... and n (Chen et
   al.'s unbiased estimator from the n samples) and `eval/maj@n` (majority vote over the extracted answers: every
-  answer the grader judged correct is one class, the others vote by their normalized text; a tie goes to the answer
-  sampled first; a sample without an answer does not vote), each with a bootstrap
-  interval over questions, and per question in `Evaluation.at_k` for paired changes. Nothing is added at n = 1.
+  answer the grader judged correct is one class, the others are grouped by the grader's equivalence too,
+  `answer_classes`; a tie goes to the answer sampled first; a sample without an answer does not vote), each with a
+  bootstrap interval over questions, and per question in `Evaluation.at_k` for paired changes. Nothing is added at
+  n = 1.
 - The grader audit (a5core.grader.audit), when the pool runs one: each sample's strict and math-verify verdicts,
   `eval/audit_*` shares, and the top-reward completions beside the first ones in the completions log.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from a5core.base.records import GradedSample
 from a5core.base.stats import accuracy_interval, bootstrap_mean, majority_index, mean, pass_at_k, per_question
@@ -113,36 +115,69 @@ def _counts(samples: list[GradedSample]) -> dict:
 
 
 CORRECT_CLASS = "\x00correct"  # the vote of every answer the grader judged equal to the ground truth
+SameAnswers = Callable[[list[tuple[str, str]]], list[bool]]  # (answer, other) pairs -> judged equal (GraderPool's)
 
 
-def _vote(s: GradedSample) -> str | None:
-    """The sample's answer as the majority vote counts it: one class for every answer the grader judged equal to the
-    ground truth (`0.5`, `1/2` and `\\frac{1}{2}` for 1/2 are one vote each for the same class, as Qwen2.5-Math's
-    evaluation groups answers by its equivalence check); otherwise the grader's normalized extracted answer, or
-    None. Two wrong answers the grader never compared (`0.5` and `1/2` against 3) stay two classes."""
-    if s.answer_reward == 1:
-        return CORRECT_CLASS
+def _key(s: GradedSample) -> str | None:
+    """A wrong answer's normalized text (None: no answer, no vote)."""
     try:
         return normalize(s.extracted) if s.extracted else None
     except Rejected:
         return None
 
 
-def at_k_scores(samples: list[GradedSample], n: int) -> dict[str, dict[str, float]]:
-    """{"pass@k": {question: score}, ..., "maj@n": {...}} over each question's samples in sample order; {} at n = 1."""
+def _wrong_answers(group: list[GradedSample]) -> list[tuple[str, str]]:
+    """(normalized key, extracted text) of each distinct wrong answer of a question, in sample order."""
+    seen: dict[str, str] = {}
+    for s in group:
+        key = _key(s) if s.answer_reward != 1 else None
+        if key is not None and key not in seen:
+            seen[key] = s.extracted
+    return list(seen.items())
+
+
+def answer_classes(groups: dict[str, list[GradedSample]], same: SameAnswers | None) -> dict[tuple[str, int], str]:
+    """Each voting sample's class, by (question, sample index). Every answer the grader judged equal to the ground
+    truth is one class (CORRECT_CLASS); the wrong ones are grouped by the grader's own equivalence (`same`, e.g.
+    `GraderPool.same_answers`: `0.5`, `1/2` and `\\frac{1}{2}` are one class against 2, as Qwen2.5-Math's evaluation
+    groups answers by its equivalence check), or by normalized text when `same` is None. Exact and deterministic: a
+    question's distinct wrong answers, in sample order, each join the first earlier class whose first answer the
+    grader judges it equal to (the later one graded against the earlier one as the ground truth), else start a class;
+    at most d (d - 1) / 2 grader calls for d distinct wrong answers, all questions' in one batch."""
+    wrong = {uid: _wrong_answers(group) for uid, group in groups.items()}
+    pairs = [(uid, j, i) for uid, ans in wrong.items() for j in range(len(ans)) for i in range(j)] if same else []
+    judged = same([(wrong[uid][j][1], wrong[uid][i][1]) for uid, j, i in pairs]) if pairs else []
+    equal = {pair for pair, ok in zip(pairs, judged) if ok}
+    out: dict[tuple[str, int], str] = {}
+    for uid, group in groups.items():
+        first: dict[str, str] = {}  # each distinct wrong answer's class: the key of the class's first answer
+        for j, (key, _) in enumerate(wrong[uid]):
+            reps = [i for i in range(j) if first[wrong[uid][i][0]] == wrong[uid][i][0]]  # earlier class firsts
+            first[key] = next((wrong[uid][i][0] for i in reps if (uid, j, i) in equal), key)
+        for s in group:
+            vote = CORRECT_CLASS if s.answer_reward == 1 else first.get(_key(s) or "")
+            if vote is not None:
+                out[(uid, s.sample_index)] = vote
+    return out
+
+
+def at_k_scores(samples: list[GradedSample], n: int, same: SameAnswers | None = None) -> dict[str, dict[str, float]]:
+    """{"pass@k": {question: score}, ..., "maj@n": {...}} over each question's samples in sample order; {} at n = 1.
+    maj@n votes over `answer_classes` (`same`: the grader's equivalence of two answers; None: normalized text)."""
     if n <= 1:
         return {}
     groups: dict[str, list[GradedSample]] = defaultdict(list)
     for s in samples:
         groups[s.unique_id].append(s)
+    groups = {uid: sorted(group, key=lambda s: s.sample_index) for uid, group in groups.items()}
+    classes = answer_classes(groups, same)
     ks = sorted({2**i for i in range(1, n.bit_length()) if 2**i < n} | {n})
     out: dict[str, dict[str, float]] = {f"pass@{k}": {} for k in ks} | {f"maj@{n}": {}}
     for uid, group in groups.items():
-        group = sorted(group, key=lambda s: s.sample_index)
         correct = sum(s.answer_reward == 1 for s in group)
         for k in ks:
             out[f"pass@{k}"][uid] = pass_at_k(len(group), correct, min(k, len(group)))
-        winner = majority_index([_vote(s) for s in group])
+        winner = majority_index([classes.get((uid, s.sample_index)) for s in group])
         out[f"maj@{n}"][uid] = 0.0 if winner is None else float(group[winner].answer_reward == 1)
     return out
 
@@ -212,7 +247,7 @@ def evaluate_policy(
     prompt = prompt or cfg.prompt
     sampling = cfg.sampling(cfg.samples_per_example, prompt)
     samples = generate_and_grade(backend, rows, prompt, sampling, pool, progress)
-    at_k = at_k_scores(samples, cfg.samples_per_example)
+    at_k = at_k_scores(samples, cfg.samples_per_example, pool.same_answers)
     metrics, breakdown, scores = summarize(samples, cfg.samples_per_example, at_k)
     entropies = response_entropies(policy, tokenizer, samples, limit=ENTROPY_SAMPLE, cut=cut)
     metrics["eval/entropy"] = mean([e for e in entropies if e is not None])  # mean next-token entropy, nats

@@ -75,6 +75,9 @@ class StubPool:
     def seconds(self) -> float:
         return 0.0  # grades in the caller's process, at once
 
+    def same_answers(self, pairs):
+        return [a == b for a, b in pairs]
+
     def map(self, responses, gts, progress=False):
         out = []
         for r in responses:
@@ -152,9 +155,10 @@ def grpo_cfg(**kw) -> GRPOConfig:
     return GRPOConfig(**{**base, **kw})
 
 
-def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None):
-    """train_grpo on ROWS with the stand-ins (a StubBackend of `texts` unless `backend`), logging under `folder`;
-    `die_at`: killed when logging that train step. Returns (the run's details, its history)."""
+def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None, validate=None):
+    """train_grpo on ROWS with the stand-ins (a StubBackend of `texts` unless `backend`, a StubValidator unless
+    `validate`), logging under `folder`; `die_at`: killed when logging that train step. Returns (the run's details,
+    its history)."""
     with DyingHistory(folder, die_at) as history:
         result = train_grpo(
             policy,
@@ -163,7 +167,7 @@ def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_a
             train_rows=ROWS,
             cfg=cfg,
             pool=StubPool(),
-            validate=StubValidator(),
+            validate=validate or StubValidator(),
             history=history,
             ckpt=ckpt,
             initial=INITIAL,
