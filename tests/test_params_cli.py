@@ -108,6 +108,16 @@ def test_a_typo_through_tools_profile_is_one_line_with_the_closest_key(tmp_path)
         ({"grpo_runs": {"a": {"learning_rate": 1e-6}}}, "grpo_runs.a: key 'learning_rate' was renamed to 'lr'"),
         ({"grpo": {"cliprange_hihg": 0.28}}, "grpo: unknown key 'cliprange_hihg'; did you mean grpo.cliprange_high?"),
         ({"gpro": {}}, "unknown section 'gpro'; did you mean 'grpo'?"),
+        # a peer's name for an a5 field points at a5's, not at the spelling nearest it (TRL's beta is not betas)
+        ({"grpo": {"beta": 0.04}}, "grpo: unknown key 'beta'; TRL's GRPOConfig 'beta' is grpo.kl_coef here"),
+        (
+            {"grpo": {"num_generations": 8}},
+            "grpo: unknown key 'num_generations'; TRL's GRPOConfig 'num_generations' is grpo.group_size here",
+        ),  # fmt: skip
+        (
+            {"grpo": {"kl_loss_coef": 0.001}},
+            "grpo: unknown key 'kl_loss_coef'; verl's actor 'kl_loss_coef' is grpo.kl_coef here",
+        ),  # fmt: skip
     ],
 )
 def test_an_edited_params_file_names_the_closest_key(edit, message, tmp_path):
@@ -200,3 +210,28 @@ def test_a_refused_experiment_leaves_a_workspace_that_restore_repairs(tiny_repo)
     assert "Running stage 'train'" not in r.stdout
     assert (tiny_repo / "lr.txt").read_text() == "3e-06"
     assert "up to date" in _dvc(tiny_repo, "status").stdout
+
+
+def test_restore_takes_each_stages_own_params_after_a_stopped_run(tmp_path):
+    """Issue 64: a `dvc exp run -S grpo.lr=3e-6` stopped by Ctrl-C after check_params leaves the new lr in check_params'
+    entry while the GRPO stage keeps the lr its outputs were made with: --restore writes that one back. A stopped run
+    that finished one GRPO stage and not the other has no one params file: refused, naming both."""
+    params = read_params(ROOT / "params.yaml")
+    new = {**params, "grpo": {**params["grpo"], "lr": 3e-6}}
+    lock = {
+        "schema": "2.0",
+        "stages": {
+            "check_params": {"params": {"params.yaml": new}},
+            "grpo@a": {"params": {"params.yaml": {"grpo": params["grpo"], "grpo_runs.a": {}}}},
+            "plots": {"params": {"params.yaml": {"grpo_runs": {"a": {}}, "data.n_validation": 64}}},
+        },
+    }
+    path = tmp_path / "dvc.lock"
+    path.write_text(yaml.safe_dump(lock))
+    assert profile_tool.locked_params(path)["grpo"]["lr"] == params["grpo"]["lr"] != 3e-6
+    profile_tool.restore(path, tmp_path / "params.yaml")
+    assert read_params(tmp_path / "params.yaml")["grpo"] == params["grpo"]
+    lock["stages"]["grpo@b"] = {"params": {"params.yaml": {"grpo": new["grpo"]}}}
+    path.write_text(yaml.safe_dump(lock))
+    with pytest.raises(profile_tool.ProfileError, match=r"two values of grpo.lr: grpo@a with 1e-05, grpo@b with 3e-06"):
+        profile_tool.locked_params(path)

@@ -313,3 +313,11 @@ def test_kl_in_the_reward_is_taken_under_the_rollout_policy(tiny, tmp_path):
     _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, cfg)
     kl = [r["rollout/kl"] for r in history.rows["train"]]
     assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 1e-4
+
+
+def test_each_steps_grading_time_is_its_own(tiny, tmp_path):
+    """perf/grade_s is the grading seconds of the step's own rollouts (the stand-in pool's clock: 1 s per map), not the
+    pool's total since the run began."""
+    model, tok = tiny
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(n_grpo_steps=3))
+    assert [r["perf/grade_s"] for r in history.rows["train"]] == [1.0, 1.0, 1.0]

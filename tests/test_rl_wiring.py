@@ -288,6 +288,14 @@ def test_the_advantage_estimators_by_hand(tiny):
     )
 
 
+def test_clip_ranges_are_epsilons_between_zero_and_one():
+    """A ratio is clipped to 1 +- eps: eps of 1.5 is no clip range (issue 64); null is the loss's own."""
+    for field in ("cliprange", "cliprange_high"):
+        with pytest.raises(ConfigError, match=rf"grpo.{field}: must be > 0 and < 1, got 1.5 \(or null\)"):
+            cfg(loss_type="grpo_clip", **{field: 1.5})
+    assert cfg(loss_type="grpo_clip", cliprange=None).clip_bounds == 0.2
+
+
 def test_grpo_samples_without_min_tokens():
     """Issue 59 item 5: min_tokens holds EOS back at the first tokens, so they are sampled from another distribution
     than the policy whose log-probs the loss and TIS use (as temperature and top_p would be): refused."""
@@ -448,6 +456,9 @@ def test_gspo_clips_the_sequence_ratio_at_the_papers_range(tiny):
     assert row["train/clip_fraction"] == pytest.approx((3 + 7) / (3 + 5 + 7 + 9))  # rollouts 0 and 2's tokens
     wide, wide_row = update(model, cfg(loss_type="gspo", cliprange=0.2), b)
     assert wide_row["train/clip_fraction"] == 0.0 and not close(wide, clipped)
+    inside = copy.deepcopy(b)  # 2e-4 at every token: a mean of 2e-4 is inside the range, a sum over 3+ tokens is not
+    inside.old_log_probs = [lp - 2e-4 for lp in current(model, b)]
+    assert update(model, cfg(loss_type="gspo"), inside)[1]["train/clip_fraction"] == 0.0
 
 
 def test_gspo_takes_the_mean_log_ratio_before_any_clamp(tiny):

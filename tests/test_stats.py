@@ -201,3 +201,21 @@ def test_maj_at_k_groups_wrong_answers_by_the_graders_equivalence_too():
         # distinct wrong answers: q0's 0.5, 1/2, \frac{1}{2}; q1's 0.75, 2, 3/4, 6/8: all pairs in one batch
         assert asked == [3 * 2 // 2 + 4 * 3 // 2]
         assert pool.same_answers([("0.5", "1/2"), ("3/4", "0.75"), ("3", "4")]) == [True, True, False]
+
+
+def test_evaluate_policy_votes_with_its_pools_equivalence(tiny):
+    """maj@n through the evaluator itself: three samples answer 2 (right), 0.5 and 1/2 against 2. By text each answer
+    has one vote and the first sampled (2) wins; the grader makes 0.5 and 1/2 one class of two votes: maj@3 = 0."""
+    from a5core.config.sections import EvalConfig
+    from a5core.grader import GraderPool
+    from a5core.run.evaluation import evaluate_policy
+    from tests.support.loops import StubBackend
+
+    model, tok = tiny
+    texts = [f" x </think> <answer>{a}</answer>" for a in ("2", "0.5", "1/2")]
+    rows = [{"unique_id": "q", "problem": "What is 1 + 1?", "answer": "2", "subject": "s", "level": "1"}]
+    cfg = EvalConfig(samples_per_example=3, grader_workers=1, grader_audit=False)
+    with GraderPool(workers=1) as pool:
+        result = evaluate_policy(model, tok, StubBackend(tok, texts), rows, cfg, pool, progress=False)
+    assert [s.answer_reward for s in result.samples] == [1.0, 0.0, 0.0]
+    assert result.at_k["maj@3"] == {"q": 0.0} and result.metrics["eval/maj@3"] == 0.0

@@ -476,6 +476,9 @@ def test_asynchronous_rollouts_come_from_the_version_the_rule_names(engine, rest
 
 
 FLASHINFER_PROBE = """
+import importlib.util
+
+assert importlib.util.find_spec("flashinfer") is None, "FlashInfer is installed here: the probe would prove nothing"
 import vllm
 from vllm.platforms import current_platform
 from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler

@@ -14,8 +14,9 @@ full-mini from full) holds only its differences from its base: its Hydra default
 A composition is checked before it is written (every section's keys, types and ranges; one line per problem, with
 the closest known key for a typo), so a refused one leaves params.yaml as it was. A refused `dvc exp run` is
 different: DVC writes params.yaml before any stage runs, so its values stay there and the next `dvc repro` stops at
-`check_params` too; `--restore` writes back the params of the last run that passed (dvc.lock's `check_params` entry
-records them), which are the ones the workspace's results came from.
+`check_params` too; `--restore` writes back the params the workspace's results came from: dvc.lock's `check_params`
+entry, with each other stage's own recorded values over it (so a run stopped by Ctrl-C after `check_params` is
+undone too; a run that finished some stages and not others is refused, naming them).
 """
 
 from __future__ import annotations
@@ -73,17 +74,47 @@ def compose(profile: str, overrides: list[str], out: str | Path) -> None:
 
 
 def locked_params(lock: str | Path) -> dict:
-    """The params `check_params` last passed, as dvc.lock records them (the whole params.yaml)."""
+    """The params the workspace's results were made with, as dvc.lock records them: `check_params`' whole params.yaml,
+    with every other stage's own recorded values over it (a run stopped after `check_params`, by Ctrl-C or an error,
+    leaves its new params there while the stages it did not reach keep the ones their outputs were made with). Two
+    stages recording two values of one key (a stopped run finished one of them) have no one params file to restore:
+    ProfileError names them."""
     from a5core.checks.forecast import read_lock
 
     lock = Path(lock)
     if not lock.is_file():
         raise ProfileError(f"{lock}: no such file: nothing has run here yet, so there is nothing to restore")
-    entry = (read_lock(lock).get("stages") or {}).get("check_params") or {}
-    params = (entry.get("params") or {}).get("params.yaml")
+    stages = read_lock(lock).get("stages") or {}
+    params = ((stages.get("check_params") or {}).get("params") or {}).get("params.yaml")
     if not params:
         raise ProfileError(f"{lock}: no check_params entry with params.yaml's values: run `dvc repro check_params`")
+    made: dict[str, tuple[object, str]] = {}  # a key's dotted path -> (the value a stage's outputs were made with, it)
+    for name, entry in stages.items():
+        recorded = ((entry.get("params") or {}).get("params.yaml") or {}) if name != "check_params" else {}
+        for key, value in (leaf for k, v in recorded.items() for leaf in _leaves(k, v)):
+            first = made.setdefault(key, (value, name))
+            if first[0] != value:
+                raise ProfileError(
+                    f"{lock}: the workspace's results were made with two values of {key}: {first[1]} with "
+                    f"{first[0]!r}, {name} with {value!r} (a stopped run finished one of them); run `dvc repro` to "
+                    "bring them together, or `git restore params.yaml dvc.lock results reports` for the committed ones"
+                )
+    for key, (value, _) in made.items():
+        *path, last = key.split(".")
+        node = params
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
     return params
+
+
+def _leaves(key: str, value):
+    """(dotted key, value) of each leaf under `key` (an empty mapping is a leaf: a run entry with no overrides)."""
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    else:
+        yield key, value
 
 
 def restore(lock: str | Path, out: str | Path) -> dict:

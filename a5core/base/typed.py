@@ -57,11 +57,33 @@ NonNegativeFloat = Annotated[float, Bound(lo=0)]
 PositiveFloat = Annotated[float, Bound(lo=0, lo_open=True)]
 Fraction = Annotated[float, Bound(lo=0, hi=1)]
 TopP = Annotated[float, Bound(0, 1, lo_open=True)]
+ClipEpsilon = Annotated[float, Bound(0, 1, lo_open=True, hi_open=True)]  # a ratio clipped to 1 +- eps: eps in (0, 1)
 
 
 # Keys renamed since earlier releases -> their name now, in any section that has the new one: the old name is refused
 # with a pointer to the new (one name per quantity: the learning rate is `lr` in sft, ei, grpo and every run entry).
 RENAMED = {"learning_rate": "lr"}
+# The names TRL's GRPOConfig and verl's configs give a5's fields -> (a5's name, whose name it is): refused with a
+# pointer to a5's, where a spelling guess would mislead (TRL's `beta` is the KL coefficient, not AdamW's `betas`).
+PEER_NAMES = {
+    "beta": ("kl_coef", "TRL's GRPOConfig"),
+    "kl_loss_coef": ("kl_coef", "verl's actor"),
+    "use_kl_in_reward": ("kl_in_reward", "verl's algorithm"),
+    "kl_penalty": ("kl_estimator", "verl's"),
+    "num_generations": ("group_size", "TRL's GRPOConfig"),
+    "num_iterations": ("epochs_per_rollout_batch", "TRL's GRPOConfig"),
+    "ppo_epochs": ("epochs_per_rollout_batch", "verl's actor"),
+    "epsilon": ("cliprange", "TRL's GRPOConfig"),
+    "clip_ratio": ("cliprange", "verl's actor"),
+    "clip_ratio_low": ("cliprange", "verl's actor"),
+    "epsilon_high": ("cliprange_high", "TRL's GRPOConfig"),
+    "clip_ratio_high": ("cliprange_high", "verl's actor"),
+    "max_completion_length": ("max_tokens", "TRL's GRPOConfig"),
+    "entropy_coeff": ("entropy_coef", "verl's actor"),
+    "mask_truncated_completions": ("mask_truncated", "TRL's GRPOConfig"),
+    "vllm_importance_sampling_cap": ("tis_cap", "TRL's GRPOConfig"),
+    "scale_rewards": ("use_std_normalization", "TRL's GRPOConfig"),
+}
 # Keys that left params -> where the value comes from now (refused with that pointer).
 MOVED_OUT = {
     "hosts": "the environment at launch: A5_HOSTS (docs/scaling-out.md)",
@@ -116,13 +138,16 @@ def _check_type(name: str, value: Any, tp: Any) -> Any:
 def _check_union(name: str, value: Any, args: tuple) -> Any:
     if value is None and type(None) in args:
         return None
+    errors = []
     for option in args:
         if option is type(None):
             continue
         try:
             return _check_type(name, value, option)
-        except ConfigError:
-            pass
+        except ConfigError as err:
+            errors.append(err)
+    if len(errors) == 1:  # `X | None`: X's own reason (its range, its type), and that null is allowed too
+        raise ConfigError(f"{errors[0]} (or null)" if type(None) in args else str(errors[0]))
     raise ConfigError(f"{name}: {value!r} matches none of {args}")
 
 
@@ -152,6 +177,9 @@ def unknown_key(section: str, key: Any, known: list[str]) -> str:
         return f"{section}: key {key!r} was renamed to {RENAMED[key]!r}"
     if key in MOVED_OUT:
         return f"{section}: key {key!r} is no longer a param (it would key DVC's cache); it comes from {MOVED_OUT[key]}"
+    ours, whose = PEER_NAMES.get(key, (None, ""))
+    if ours in known:
+        return f"{section}: unknown key {key!r}; {whose} {key!r} is {section}.{ours} here"
     guess = closest(str(key), known)
     hint = f"did you mean {section}.{guess}?" if guess else f"known keys: {', '.join(known)}"
     return f"{section}: unknown key {key!r}; {hint}"

@@ -195,7 +195,7 @@ def _rollout_async(run: Run, step: int) -> Rollouts:
     """max_staleness 1: take step `step`'s `Generated` (made now from version `step` when none is in flight: the
     first step, a resume without one), sync version `step` and start step+1's."""
     t0 = time.monotonic()
-    reset_peak(run.device)  # the memory reading: this phase, the update of the step before overlapping it
+    reset_peak(run.device)  # this phase's memory reading (the thread's generation also shows in the update's)
     pending, run.inflight = run.inflight, None
     if pending is None:
         run.backend.sync_weights(run.policy)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from a5core.base.seeds import derive_seed
+from a5core.base.typed import ClipEpsilon
 from a5core.config.sections import (
     Bound,
     NonNegative,
@@ -45,7 +46,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     std_ddof: Annotated[int, Bound(0, 1)] = 1  # 1: unbiased group std (handout), 0: population std
     length_normalization: LengthNorm = "masked_mean"  # per-sequence reduction, a name in losses.LENGTH_NORMALIZERS
     normalize_constant: PositiveFloat = 1024.0  # divisor for masked_normalize (usually max_tokens)
-    cliprange: PositiveFloat | None = None  # clip epsilon; None: the loss's own (grpo_clip 0.2, gspo 3e-4/4e-4)
+    cliprange: ClipEpsilon | None = None  # clip epsilon in (0, 1); None: the loss's own (grpo_clip 0.2, gspo 3e-4/4e-4)
     reward_fn: str | None = None  # the reward GRPO trains on (module:function); None = the prompt's (REWARD_FNS)
     max_grad_norm: PositiveFloat = 1.0  # gradient clipping
     weight_decay: NonNegativeFloat = 0.0  # AdamW weight decay
@@ -119,7 +120,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
             ),
             (
                 not self.kl_in_reward,
-                "max_staleness 1 with kl_in_reward: its k1 would be taken under the current weights, not under the "
+                "max_staleness 1 with kl_in_reward: its KL would be taken under the current weights, not under the "
                 "older ones that sampled the response (use kl_coef in the loss)",
             ),
             (

@@ -157,10 +157,11 @@ PGLossFn = Callable[
     [Tensor, Tensor | None, Tensor | None, Tensor | None, ClipRange | None, Tensor | None], tuple[Tensor, dict]
 ]
 
-# The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange, response_mask)
-# -> per-token loss (B, T) and metadata; `cliprange` is a float, or (eps_low, eps_high[, c]) when `grpo.cliprange_high`
-# or `grpo.clip_ratio_c` is set. This table is the one list of loss names: `GRPOConfig.loss_type` is checked against
-# it, and a loss in OFF_POLICY_LOSSES (one that needs the rollout policy's log-probs) may train off-policy.
+# The policy-gradient losses by name: (log_probs, raw_rewards, advantages, old_log_probs, cliprange, response_mask) ->
+# per-token loss (B, T) and metadata; `cliprange` is a float, or (eps_low, eps_high[, c]) when the two bounds differ
+# (`grpo.cliprange_high`, GSPO's own range) or `grpo.clip_ratio_c` is set (GRPOConfig.clip_bounds). This table is the
+# one list of loss names: `GRPOConfig.loss_type` is checked against it, and a loss in OFF_POLICY_LOSSES (one that needs
+# the rollout policy's log-probs) may train off-policy.
 PG_LOSSES: dict[str, PGLossFn] = {
     "no_baseline": _no_baseline,
     "reinforce_with_baseline": _reinforce_with_baseline,

@@ -8,9 +8,10 @@ Every option is one field of `RLOptions` (which `GRPOConfig` extends) and one sm
 - `entropy_coef`: entropy bonus, loss -= coef * H(token), H from the training forward pass itself.
 - `kl_coef` / `kl_estimator` / `kl_in_reward`: beta * KL to the frozen start policy, with Schulman's estimators
   (http://joschu.net/blog/kl-approx.html; `KL_ESTIMATORS`, whose docstrings state each one's expected gradient in
-  the loss), either as a loss term per token or (`kl_in_reward`, verl's `use_kl_in_reward`) as a reward penalty:
-  beta * the response's summed k1 under the rollout policy, subtracted before the advantages. The reference's
-  log-probs are computed once per rollout batch with no graph, exactly like the old log-probs.
+  the loss), either as a loss term per token or (`kl_in_reward`, verl's `use_kl_in_reward`) as a token-level reward
+  penalty: beta * the estimator's value at each response token under the rollout policy, before the advantages
+  (a5core/rl/grpo_update.py: with_kl_in_reward). The reference's log-probs are computed once per rollout batch with
+  no graph, exactly like the old log-probs.
 - `clip_ratio_c`: dual-clip PPO (Ye et al., 2020, arXiv:1912.09729; verl's `clip_ratio_c`): for a negative
   advantage the clipped surrogate is also bounded by -c * A, so a token whose ratio exploded cannot dominate.
 - `tis_cap`: truncated importance sampling against the rollout engine's own log-probs (Yao et al., 2025, "Your
@@ -39,7 +40,8 @@ import torch
 from torch import Tensor
 
 from a5core.base.seeds import derive_seed
-from a5core.config.sections import Bound, NonNegative, NonNegativeFloat, PositiveFloat, Section
+from a5core.base.typed import ClipEpsilon
+from a5core.config.sections import Bound, NonNegative, NonNegativeFloat, Section
 from a5core.rl.losses import CLIPPED_LOSSES, DEFAULT_CLIPRANGE
 
 KLEstimator = Literal["k1", "k2", "k3", "k3+"]
@@ -51,16 +53,18 @@ K3_BOUND = 10.0
 class RLOptions(Section):
     """The options' params fields; the defaults are the handout's GRPO (every option off)."""
 
-    cliprange_high: PositiveFloat | None = None  # clip-higher eps_high of grpo_clip (DAPO: 0.28); None = cliprange
+    cliprange_high: ClipEpsilon | None = None  # clip-higher eps_high (DAPO: 0.28); None: cliprange, or the loss's own
     mask_truncated: bool = False  # zero the loss of rollouts truncated at max_tokens (DAPO overlong filtering)
     overlong_buffer: NonNegative = 0  # tokens before max_tokens where DAPO's soft length penalty ramps (0 = off)
     overlong_penalty: NonNegativeFloat = 1.0  # that penalty at max_tokens, in reward units
     entropy_coef: NonNegativeFloat = 0.0  # entropy bonus coefficient: loss -= coef * token entropy (0 = off)
     kl_coef: NonNegativeFloat = 0.0  # beta of the KL to the frozen start policy (0 = off, no reference)
     kl_estimator: KLEstimator = (
-        "k3+"  # KL estimator in the loss: k2, k3 (grad of KL(ref||pi)), k3+ (k3's value, k2's grad)
+        "k3+"  # KL estimator: k2, k3 (in a loss: grad of KL(ref||pi)), k3+ (k3's value, k2's grad); k1 in the reward
     )
-    kl_in_reward: bool = False  # KL as a reward penalty (beta * summed k1 of the rollout policy) instead of a loss term
+    kl_in_reward: bool = (
+        False  # KL as a token-level reward penalty (beta * kl_estimator's value) instead of a loss term
+    )
     clip_ratio_c: Annotated[float, Bound(lo=1, lo_open=True)] | None = None  # dual-clip bound for A < 0 (verl: 3)
     dynamic_sampling: bool = False  # drop groups whose rewards are all equal and refill the step (DAPO)
     max_refill_rounds: NonNegative = 3  # extra generation rounds per step for dynamic sampling; then fill
@@ -91,7 +95,7 @@ class RLOptions(Section):
                 not (self.kl_in_reward and self.advantage_estimator == "grpo" and self.use_std_normalization),
                 "kl_in_reward under grpo's std normalization: a group whose task rewards are all equal keeps only its "
                 "KL spread, which dividing by its std scales to +-1 whatever kl_coef is; set use_std_normalization: "
-                "false, or advantage_estimator rloo, reinforce_pp or reinforce_pp_baseline",
+                "false, or advantage_estimator rloo",
             ),
             (
                 self.clip_ratio_c is None or self.loss_type in CLIPPED_LOSSES,

@@ -155,7 +155,8 @@ def answer_classes(groups: dict[str, list[GradedSample]], same: SameAnswers | No
             reps = [i for i in range(j) if first[wrong[uid][i][0]] == wrong[uid][i][0]]  # earlier class firsts
             first[key] = next((wrong[uid][i][0] for i in reps if (uid, j, i) in equal), key)
         for s in group:
-            vote = CORRECT_CLASS if s.answer_reward == 1 else first.get(_key(s) or "")
+            key = None if s.answer_reward == 1 else _key(s)
+            vote = CORRECT_CLASS if s.answer_reward == 1 else None if key is None else first[key]
             if vote is not None:
                 out[(uid, s.sample_index)] = vote
     return out

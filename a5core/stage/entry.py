@@ -4,15 +4,18 @@ the entry point that turns the project's own errors into one line, torch setup, 
 - `announce()`: when DVC runs a stage (`$DVC_STAGE`), `args` calls it to print one line about the whole pipeline,
   `python -m a5core.checks.forecast --line <stage>`, e.g.
   `[dvc repro] stage 21 of 22: grpo@x | 0:12:03 since dvc started | forecast: this stage 2.1 min, 1 more stage 0.1 min`
-  It runs in a process of its own beside the stage: the stage starts at once, and what the line reads (DVC's index,
-  the run records) is no dependency of the stage's outputs.
+  It is computed in a process of its own beside the stage (the stage starts at once, and what the line reads, DVC's
+  index and the run records, is no dependency of the stage's outputs) and printed by the stage when ready, or not at
+  all if the stage ends first.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -53,13 +56,31 @@ def quiet_known_noise() -> None:
 
 def run(main: Callable[[], None]) -> None:
     """Run a stage's `main`: an error the project detected (a `ProjectError`) exits 1 with one line `error: ...`
-    naming the file or key and what to do (its `hint`); any other exception keeps its traceback."""
+    naming the file or key and what to do (its `hint`); Ctrl-C exits 130 with one line `interrupted: ...` naming the
+    stage, how far it got (a training stage says its optimizer step) and the command that resumes it; any other
+    exception keeps its traceback."""
     try:
         main()
     except ProjectError as err:
         hint = err.hint
         text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
         sys.exit(f"error: {text} ({hint})")
+    except KeyboardInterrupt as err:
+        print(interrupted_line(str(err.args[0]) if err.args else ""), file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def interrupted_line(where: str) -> str:
+    """The one line Ctrl-C ends a stage with: the stage (`where`: how far a training stage got, else the DVC stage or
+    the script) and the command that continues it (a training stage from its last resumable checkpoint)."""
+    stage = os.environ.get("DVC_STAGE")
+    where = where or stage or Path(sys.argv[0]).stem
+    again = (
+        "`dvc repro` (or the same `dvc exp run`)"
+        if stage
+        else f"`{shlex.join([Path(sys.executable).name, *sys.argv])}`"
+    )
+    return f"interrupted: {where}; {again} continues it (a training stage from its last checkpoint)"
 
 
 def args(*names: str, **extra) -> argparse.Namespace:
@@ -132,13 +153,31 @@ def dvc_started() -> float | None:
 
 
 def announce() -> None:
-    """Print the pipeline line for the stage DVC is running (rank 0 only), from a process of its own: the stage goes
-    on at once, and nothing the line needs (DVC's index, the forecast) becomes a dependency of the stage."""
+    """Print the pipeline line for the stage DVC is running (rank 0 only). A process of its own computes it, so the
+    stage goes on at once and nothing the line needs (DVC's index, the forecast) becomes a dependency of the stage;
+    this process prints it when it is ready, and a line not ready when the stage ends is dropped with its process: it
+    is printed during its own stage or not at all, never below a later stage's lines or after DVC has exited."""
     stage = os.environ.get("DVC_STAGE")
     if not stage or os.environ.get("RANK", "0") != "0" or os.environ.get("A5_NO_PIPELINE_LINE"):
         return
     line = [sys.executable, "-m", "a5core.checks.forecast", "--line", stage]
     started = dvc_started()
     line += ["--dvc_started", str(started)] if started else []
-    proc = subprocess.Popen(line, stdin=subprocess.DEVNULL)
-    threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it ends; never waited for
+    proc = subprocess.Popen(
+        line, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+
+    def relay() -> None:
+        text = proc.stdout.read().strip()
+        if text and proc.wait() == 0:
+            print(text, flush=True)
+
+    threading.Thread(target=relay, daemon=True).start()
+    atexit.register(_drop, proc)
+
+
+def _drop(proc: subprocess.Popen) -> None:
+    """At the stage's exit: the pipeline line's process, if it is still computing, goes with it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()

@@ -171,7 +171,11 @@ def training_stage(
     with history, pool, vpool:
         validate = Validator(start, vpool, subset_size=subset_size, prompt=prompt)
         initial = initial_validation(initial_from, protocol, validate, start.policy)
-        yield TrainingStage(name, start, pool, validate, history, protocol, initial)
+        try:
+            yield TrainingStage(name, start, pool, validate, history, protocol, initial)
+        except KeyboardInterrupt:  # Ctrl-C: entry.run ends the stage with one line saying how far it got
+            done = f"optimizer step {history.optimizer_steps} of {history.total_steps or '?'}"
+            raise KeyboardInterrupt(f"{name} at {done}") from None
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:

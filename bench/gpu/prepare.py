@@ -7,8 +7,9 @@
     python3 bench/gpu/prepare.py numerics --model DIR --out FILE [--size full|tiny]
 
 - probe: Python, torch, CUDA, the card and its free memory, nvidia-smi, the environment variables that change what
-  runs (CUDA_VISIBLE_DEVICES, PYTORCH_CUDA_ALLOC_CONF, NCCL_*, ...), disk, cores, memory, and which of the project's
-  imports load; `--vllm` adds vLLM's version, `vllm.cumem_allocator` (sleep mode), the allocator setting sleep mode
+  runs (CUDA_VISIBLE_DEVICES, PYTORCH_CUDA_ALLOC_CONF, NCCL_*, ...), disk, cores, memory (it needs nothing but the
+  machine's torch: the learner's call runs it before installing); `--vllm` adds which of the project's imports load,
+  vLLM's version, `vllm.cumem_allocator` (sleep mode), the allocator setting sleep mode
   refuses (`expandable_segments`) and the engine environment a5 sets (a5core.generation.vllm.ENGINE_ENVIRONMENT).
 - model: Qwen2.5-Math-1.5B's architecture (`full`: a5core.model.arch.KNOWN's, bf16, built on the GPU when there is
   one) or a Qwen2-shaped tiny one (`tiny`: bench/gpu_check.py's TINY_QWEN2, float32), random weights, with the
@@ -131,8 +132,8 @@ def probe(out: Path, with_vllm: bool) -> dict:
         }
     if shutil.which("nvidia-smi"):
         info["nvidia_smi"] = _tried(lambda: _smi("name,memory.total,memory.used,driver_version"))
-    info["imports"] = {m: _tried(lambda m=m: __import__(m) and "ok") for m in IMPORTS}
-    if with_vllm:
+    if with_vllm:  # after the bundle's install: the project's imports, and vLLM's first-minute facts
+        info["imports"] = {m: _tried(lambda m=m: __import__(m) and "ok") for m in IMPORTS}
         info["vllm"] = vllm_probe()
     out.write_text(json.dumps(info, indent=1) + "\n")
     return info

@@ -72,13 +72,16 @@ class StubPool:
 
     path = "tests:stub"
 
+    maps = 0  # `map` calls so far
+
     def seconds(self) -> float:
-        return 0.0  # grades in the caller's process, at once
+        return float(self.maps)  # a clock that says one second per `map` call: what a step's grading adds is known
 
     def same_answers(self, pairs):
         return [a == b for a, b in pairs]
 
     def map(self, responses, gts, progress=False):
+        self.maps += 1
         out = []
         for r in responses:
             ok = float("good" in r)
