@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -341,3 +342,23 @@ def test_math500_is_selected_by_id_or_by_problem_text_and_a_missing_problem_is_a
         prepare(cfg)
     with pytest.raises(ConfigError, match="validation_subset=math500 needs validation_source"):
         from_dict(DataConfig, {**data, "validation_subset": "math500"}, "data").validate()
+
+
+def test_outputs_honour_the_umask(tmp_path):
+    """Issue 58: outputs are written with the modes a plain open() and mkdir() give under the process's umask, not
+    mkstemp's 0600 or mkdtemp's 0700, so a group-shared workspace and DVC cache can read them (umask 002 here)."""
+    from a5core.base.artifacts import write_json, write_parquet
+    from a5core.config.sections import ModelConfig
+    from a5core.model.loading import fetch_model
+
+    old = os.umask(0o002)
+    try:
+        write_json({"a": 1}, tmp_path / "x.json")
+        write_parquet([{"a": 1}], tmp_path / "x.parquet")
+        fetch_model(ModelConfig(source="random:tiny"), tmp_path / "model")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "x.json").stat().st_mode & 0o777) == oct(0o664)
+    assert oct((tmp_path / "x.parquet").stat().st_mode & 0o777) == oct(0o664)
+    assert oct((tmp_path / "model").stat().st_mode & 0o777) == oct(0o775)
+    assert all(p.stat().st_mode & 0o777 == 0o664 for p in (tmp_path / "model").iterdir() if p.is_file())

@@ -196,3 +196,23 @@ def test_the_pipeline_line_never_outlives_its_stage(ws):
     assert done.returncode != 0 and "error:" in done.stderr
     left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
     assert not left, [p.info["cmdline"] for p in left]
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_what_to_do():
+    """Issue 58: ENOSPC while a stage writes ends in one line (the file, what to free, that a rerun continues)."""
+    import errno
+
+    def main():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "models/grpo_x/model.safetensors")
+
+    with pytest.raises(SystemExit) as exc:
+        entry.run(main)
+    line = str(exc.value)
+    assert line.startswith("error: the disk is full writing models/grpo_x/model.safetensors (No space left on device)")
+    assert "dvc gc --workspace" in line and "continues from its last checkpoint" in line and "\n" not in line
+
+    def other():
+        raise OSError(errno.EACCES, "Permission denied", "x")
+
+    with pytest.raises(PermissionError):  # other OS errors keep their traceback
+        entry.run(other)

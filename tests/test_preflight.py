@@ -146,3 +146,13 @@ def test_dvc_repro_of_the_full_profile_in_a_fresh_clone_stops_at_the_first_stage
     assert "error: model.device is cuda" in err and "CUDA is unusable here" in err and "Traceback" not in err
     assert "does not exist" not in err  # the data files are not what this machine lacks first
     assert not (work / "models" / "base").exists()
+
+
+def test_a_rank_per_gpu_so_nproc_cannot_exceed_the_visible_gpus():
+    """Issue 58: nproc 8 on a node with 2 visible GPUs is refused before anything runs (each rank takes
+    cuda:<local rank>), naming both numbers; nproc 2 there passes."""
+    one_gpu = {"generation__layout": "one_gpu"}
+    [found] = preflight.problems(_params(distributed__nproc=8, **one_gpu), H100)
+    assert "distributed.nproc 8 needs one visible GPU per rank of a node, 2 found" in found
+    assert "-S distributed.nproc=2" in found
+    assert preflight.problems(_params(distributed__nproc=2, **one_gpu), H100) == []

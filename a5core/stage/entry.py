@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import logging
 import os
 import shlex
@@ -57,8 +58,9 @@ def quiet_known_noise() -> None:
 def run(main: Callable[[], None]) -> None:
     """Run a stage's `main`: an error the project detected (a `ProjectError`) exits 1 with one line `error: ...`
     naming the file or key and what to do (its `hint`); Ctrl-C exits 130 with one line `interrupted: ...` naming the
-    stage, how far it got (a training stage says its optimizer step) and the command that resumes it; any other
-    exception keeps its traceback."""
+    stage, how far it got (a training stage says its optimizer step) and the command that resumes it; a full disk
+    (ENOSPC, EDQUOT) exits 1 with one line naming the file and what to free; any other exception keeps its
+    traceback."""
     try:
         main()
     except ProjectError as err:
@@ -68,6 +70,15 @@ def run(main: Callable[[], None]) -> None:
     except KeyboardInterrupt as err:
         print(interrupted_line(str(err.args[0]) if err.args else ""), file=sys.stderr, flush=True)
         sys.exit(130)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {err.filename}" if err.filename else ""
+        sys.exit(
+            f"error: the disk is full{where} ({os.strerror(err.errno)}). Free space (`dvc gc --workspace` drops cached "
+            f"models no branch uses; scratch/ of finished runs) and rerun the same command: a training stage continues "
+            "from its last checkpoint"
+        )
 
 
 def interrupted_line(where: str) -> str:

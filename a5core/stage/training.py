@@ -15,13 +15,12 @@ import dataclasses
 import json
 import random
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a5core.base.artifacts import content_hash, provenance, write_json
+from a5core.base.artifacts import content_hash, default_modes, fresh_dir, provenance, write_json
 from a5core.base.run_record import write_run_record
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import paired_difference
@@ -343,8 +342,7 @@ def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: dict
 
     policy = lora.for_saving(policy)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = fresh_dir(out)
     try:
         policy.generation_config = HFGenerationConfig(
             do_sample=True,
@@ -361,6 +359,7 @@ def save_policy(policy, tokenizer, out: str | Path, prov: dict, validation: dict
         write_json(prov, tmp / "provenance.json")
         if validation:
             write_json(validation, tmp / VALIDATION_FILE)
+        default_modes(tmp)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
