@@ -321,3 +321,16 @@ def test_each_steps_grading_time_is_its_own(tiny, tmp_path):
     model, tok = tiny
     _, history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(n_grpo_steps=3))
     assert [r["perf/grade_s"] for r in history.rows["train"]] == [1.0, 1.0, 1.0]
+
+
+def test_the_run_reports_its_optimizer_steps_as_the_console_counts_them(tiny, tmp_path):
+    """Issue 64: an off-policy run takes two optimizer steps per GRPO step here; its details say both, and the summary
+    line of the plots stage says them as the console did (step 4/4), not 2 steps alone."""
+    from a5core.report.plots import _grpo_detail
+
+    model, tok = tiny
+    cfg = grpo_cfg(loss_type="grpo_clip", train_batch_size=4, gradient_accumulation_steps=1)
+    details, history = run_grpo(copy.deepcopy(model), tok, tmp_path, cfg)
+    assert (details["steps_done"], details["optimizer_steps"]) == (2, 4) == (2, len(history.rows["train"]))
+    assert _grpo_detail(details, {}) == "2 GRPO steps, 4 optimizer steps"
+    assert _grpo_detail({"steps_done": 3, "optimizer_steps": 3}, {}) == "3 steps"

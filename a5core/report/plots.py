@@ -436,7 +436,10 @@ def grpo_figures(
 
 
 def _grpo_detail(metrics: dict, overrides: dict) -> str:
-    detail = f"{int(metrics.get('steps_done', 0))} steps"
+    """The run's length as its console counted it: GRPO steps, and optimizer steps where there were more of them (an
+    off-policy run takes several per rollout batch)."""
+    steps, optimizer = int(metrics.get("steps_done", 0)), int(metrics.get("optimizer_steps", 0))
+    detail = f"{steps} steps" if optimizer in (0, steps) else f"{steps} GRPO steps, {optimizer} optimizer steps"
     if overrides.get("prompt", "r1_zero") != "r1_zero":
         detail += f"; trained and validated with the {overrides['prompt']} prompt and its reward"
     return detail

@@ -352,6 +352,7 @@ def _details(history: RunHistory, step: int, cfg: GRPOConfig) -> dict:
     best = max(history.rows["eval"], key=lambda r: r["eval/accuracy"])
     return {
         "steps_done": step,
+        "optimizer_steps": history.optimizer_steps,  # what the console counts (step k/N)
         "best_accuracy": best["eval/accuracy"],
         "best_step": best["step"],
         "best_wall_s": best.get("perf/wall_s", 0.0),
