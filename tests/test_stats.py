@@ -219,3 +219,20 @@ def test_evaluate_policy_votes_with_its_pools_equivalence(tiny):
         result = evaluate_policy(model, tok, StubBackend(tok, texts), rows, cfg, pool, progress=False)
     assert [s.answer_reward for s in result.samples] == [1.0, 0.0, 0.0]
     assert result.at_k["maj@3"] == {"q": 0.0} and result.metrics["eval/maj@3"] == 0.0
+
+
+def test_two_samples_make_no_grader_call_for_the_vote():
+    """With two samples the wrong answers' classes cannot change maj@2 (both wrong: 0; one of each: a tie, the first
+    sampled wins): the vote asks the grader nothing."""
+    from a5core.base.records import GradedSample
+    from a5core.run.evaluation import at_k_scores
+
+    def sample(j, answer, reward):
+        return GradedSample("q", j, "p", "r", "2", answer, "x", 1.0, reward, reward, 8, "stop", "s", "l")
+
+    def never(pairs):
+        raise AssertionError(f"asked {pairs}")
+
+    for pair in (("0.5", "1/2"), ("2", "1/2"), ("1/2", "2")):
+        samples = [sample(j, a, float(a == "2")) for j, a in enumerate(pair)]
+        assert at_k_scores(samples, 2, never)["maj@2"] == at_k_scores(samples, 2)["maj@2"]

@@ -171,7 +171,9 @@ def at_k_scores(samples: list[GradedSample], n: int, same: SameAnswers | None = 
     for s in samples:
         groups[s.unique_id].append(s)
     groups = {uid: sorted(group, key=lambda s: s.sample_index) for uid, group in groups.items()}
-    classes = answer_classes(groups, same)
+    # two samples: the wrong answers' classes cannot change the vote (both wrong: 0; one of each: a tie, which the
+    # first sampled wins), so no grader call is made for them
+    classes = answer_classes(groups, same if n > 2 else None)
     ks = sorted({2**i for i in range(1, n.bit_length()) if 2**i < n} | {n})
     out: dict[str, dict[str, float]] = {f"pass@{k}": {} for k in ks} | {f"maj@{n}": {}}
     for uid, group in groups.items():
