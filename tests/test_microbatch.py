@@ -324,3 +324,23 @@ def test_the_rl_options_compose_with_every_way_of_cutting_the_step(tiny, variant
         assert row["train/kl"] == pytest.approx(ref_row["train/kl"], rel=1e-5), name
         assert row["train/tis_capped_frac"] == pytest.approx(ref_row["train/tis_capped_frac"]), name
         assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
+
+
+def test_token_level_advantages_give_the_same_update_however_the_step_is_cut(tiny):
+    """REINFORCE++ with KL in the reward weighs each token by its own advantage (`RolloutBatch.token_advantages`, laid
+    out per micro-batch row): the update does not depend on the split, the token budget, packing or chunking, and
+    differs from the one with each rollout's mean advantage."""
+    model, tok = tiny
+    batch = _rollouts(tok)
+    g = torch.Generator().manual_seed(2)
+    batch.token_advantages = [torch.randn(len(o), generator=g) for o in batch.output_ids]
+    base = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, max_grad_norm=1e-4)
+    ref_delta, _ = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=1), batch)
+    for name in ("handout split of 4", "micro-batch of one", "token budget", "chunked logits", "packed"):
+        k, cut = CUTS[name]
+        delta, _ = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=k), batch, **cut)
+        assert torch.allclose(delta, ref_delta, atol=1e-7, rtol=1e-4), name
+    batch.advantages = torch.stack([a.mean() for a in batch.token_advantages])
+    batch.token_advantages = None
+    mean_delta, _ = _grpo_update(model, GRPOConfig(**base, gradient_accumulation_steps=1), batch)
+    assert not torch.allclose(mean_delta, ref_delta, atol=1e-7, rtol=1e-4)
