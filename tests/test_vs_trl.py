@@ -1,6 +1,7 @@
 """bench/vs_trl.py builds both sides' configs from its own defaults: this project's GRPO section through the params
 checker (a renamed field, as `learning_rate` once was, fails here), and TRL's arguments for the same work
-(constructed by TRL itself where it is installed; it is no project dependency)."""
+(constructed by TRL itself where it is installed; it is no project dependency). bench/grpo_sweep.py's shapes too: the
+benches that build a GRPO section from the profile, so that a renamed or refused field fails here, not in a long run."""
 
 import importlib.util
 
@@ -29,3 +30,17 @@ def test_trl_takes_its_arguments():
 
     args = vs_trl.parse([])
     assert GRPOConfig(**vs_trl.trl_kwargs(args, "/tmp/unused")).num_generations == args.group
+
+
+def test_every_grpo_sweep_shape_is_a_valid_grpo_section():
+    """bench/grpo_sweep.py's shapes (issue 57) compose with the default profile into GRPO sections the params checker
+    accepts, on-policy unless the shape says otherwise."""
+    from a5core.config.sections import from_dict, read_params
+    from a5core.rl.grpo import GRPOConfig
+    from bench import grpo_sweep
+
+    base = read_params(vs_trl.ROOT / "params.yaml")
+    for name, changes in grpo_sweep.SHAPES.items():
+        cfg = from_dict(GRPOConfig, grpo_sweep.shape_params(base, name)["grpo"], f"grpo ({name})")
+        assert all(getattr(cfg, k) == v for k, v in changes.items()), name
+        assert cfg.off_policy == (cfg.loss_type == "grpo_clip"), name
