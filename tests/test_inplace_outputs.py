@@ -16,6 +16,7 @@ import pytest
 import yaml
 from safetensors import safe_open
 
+from a5core.run.preflight import cache_link_problem
 from tests.support.repos import ok, scratch_repo
 
 PARQUET = ("data/prepared/train.parquet", "prepare_math", None)  # (file, stage, the dvc.lock output it is in)
@@ -145,3 +146,32 @@ def test_push_runs_refuses_a_corrupt_cache_object_and_repair_mends_it(repo, tmp_
     r = run(sys.executable, "-m", "tools.push_runs")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert corrupt_cache_objects(work) == []
+
+
+@pytest.mark.parametrize("types", ["hardlink", "symlink", "hardlink,copy", "reflink,symlink", ["symlink"]])
+def test_a_cache_that_links_outputs_is_refused(types):
+    problem = cache_link_problem(types.split(",") if isinstance(types, str) else types)
+    assert problem and "links outputs to the cache" in problem and "reflink,copy" in problem
+
+
+@pytest.mark.parametrize("types", [None, "copy", "reflink", "reflink,copy"])
+def test_a_cache_of_copies_is_accepted(types):
+    assert cache_link_problem(types.split(",") if types else types) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_every_stage_refuses_a_linked_cache_before_any_work(repo, link):
+    """Set in the repo's local config (where DVC reads it after .dvc/config), a linked cache stops the stage DVC runs
+    first with one line, and nothing of it is recorded; back to a5's default, the same command passes."""
+    work, run = repo
+    assert run("dvc", "config", "--local", "cache.type", link).returncode == 0
+    try:
+        lock = (work / "dvc.lock").read_text()
+        r = run("dvc", "repro", "-f", "--single-item", "check_params")
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert r.returncode != 0 and len(errors) == 1 and f"cache.type {link} links outputs" in errors[0], r.stderr
+        assert "Traceback" not in r.stderr and (work / "dvc.lock").read_text() == lock
+    finally:
+        assert run("dvc", "config", "--local", "--unset", "cache.type").returncode == 0
+    ok(run("dvc", "repro", "-f", "--single-item", "check_params"))

@@ -4,6 +4,9 @@
   choices and ranges (`Annotated[int, Bound(lo=1)]`), then the section's own `problems()`, all reported at once.
 - `load_yaml` reads YAML 1.2 floats (`3e-6`, as `dvc exp run -S` writes them) and rejects duplicate keys.
 - `read_params`, `load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read a params file.
+- `pin_params(path)` (a stage's prologue) and `check_pinned_params()`: a params file that changes while a stage runs
+  (a second `dvc exp run` in the same checkout writes params.yaml before DVC refuses it as busy) is an error at the
+  stage's next read of it and at its end, so DVC never records outputs under params that did not make them.
 
 The project's sections are in a5core/config/sections.py; `check_params`, the whole-file check, in
 a5core/checks/params.py.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import math
 import re
 import types
@@ -246,9 +250,57 @@ def load_yaml(text: str) -> Any:
         raise ConfigError(f"not valid YAML: {err}") from None
 
 
-def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+class ParamsChanged(ProjectError):
+    """The params file a stage started with changed while it ran."""
+
+    hint = (
+        "DVC recorded nothing of this stage. Run one experiment at a time per checkout (queue the others: "
+        "`dvc exp run --queue -S ...` then `dvc queue start`, or use a second clone), then rerun"
+    )
+
+
+_PINNED: dict[Path, str] = {}  # the params files this process's stage started with: resolved path -> sha256
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pin_params(path: str | Path) -> None:
+    """Remember `path`'s bytes as this stage's params: a later read (or `check_pinned_params`) that finds other bytes
+    raises `ParamsChanged` (a missing file is left to the first read to report)."""
     try:
-        data = load_yaml(Path(path).read_text()) or {}
+        _PINNED[Path(path).resolve()] = _digest(Path(path).read_text())
+    except (OSError, UnicodeDecodeError):
+        return
+
+
+def _check_pinned(path: Path, text: str) -> None:
+    pinned = _PINNED.get(path.resolve())
+    if pinned is not None and pinned != _digest(text):
+        raise ParamsChanged(
+            f"{path} changed while this stage ran (a second `dvc exp run` or `dvc repro` in this checkout writes it "
+            "before DVC refuses that run as busy); this stage's work follows the params it started with, so it stops "
+            "before DVC can record it under the new ones"
+        )
+
+
+def check_pinned_params() -> None:
+    """Raise `ParamsChanged` if a pinned params file no longer holds the bytes its stage started with."""
+    for path in list(_PINNED):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""  # deleted or unreadable: changed all the same
+        _check_pinned(path, text)
+
+
+def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """The params file as a mapping; a file pinned by this process's stage must still hold its first bytes."""
+    try:
+        text = Path(path).read_text()
+        _check_pinned(Path(path), text)
+        data = load_yaml(text) or {}
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     except (OSError, UnicodeDecodeError) as err:  # missing, a folder, unreadable, not text

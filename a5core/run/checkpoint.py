@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from a5core.base.errors import ProjectError
+from a5core.base.typed import check_pinned_params
 from a5core.model import distributed
 
 
@@ -236,14 +237,18 @@ class Checkpointer:
         return state
 
     def clear(self) -> None:
-        """Delete the folder, and its parents up to `scratch/` when they are left empty (rank 0)."""
+        """Delete the folder, and its parents up to `scratch/` when they are left empty (rank 0); every rank first
+        checks that the params file is the one the stage started with (`clear_scratch`)."""
+        check_pinned_params()
         distributed.barrier()
         if distributed.is_main():
             clear_scratch(self.folder)
 
 
 def clear_scratch(folder: str | Path) -> None:
-    """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it."""
+    """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it; kept when
+    the params file changed while the stage ran (`ParamsChanged`: the stage stops, a rerun at its params resumes)."""
+    check_pinned_params()
     shutil.rmtree(folder, ignore_errors=True)
     remove_empty_parents(Path(folder))
 

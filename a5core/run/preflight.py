@@ -6,7 +6,7 @@ CPU. `machine()` gathers the facts (torch's view of CUDA, `nvidia-smi`'s driver,
 (`model.device: cuda`, as `full` does) is refused where CUDA is unusable, never run on the CPU instead; `two_gpu`
 with vLLM needs two visible GPUs; bf16 needs compute capability 8.0 on every GPU the layout uses (the policy's and, for
 `two_gpu`, the engine's); the memory plan (a5core/run/plan.py) must fit the smallest of them, the `one_gpu` engine
-share included.
+share included. Every stage also refuses a DVC `cache.type` that links outputs to the cache (`cache_link_problem`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+
+from dvc.config import Config
 
 from a5core.base.typed import read_params
 from a5core.run import plan
@@ -182,8 +184,31 @@ def plan_problems(params_path: str, machine: Machine, model_dir: str = "models/b
     return [] if fits else ["the memory plan does not fit this GPU:\n" + "\n".join(lines)]
 
 
+# DVC's link types that make a workspace output and its cache object one file: a write in place changes the object
+LINKED = {"hardlink": "a hard link is the cache object itself", "symlink": "a symbolic link points at the cache object"}
+
+
+def cache_link_problem(cache_types: list[str] | str | None) -> str | None:
+    """Why DVC's configured `cache.type` (its list, as DVC's config holds it; None: DVC's default `reflink,copy`)
+    is unsafe for a5's outputs, or None when it is safe (copy, reflink: an output written in place is its own file)."""
+    types = [cache_types] if isinstance(cache_types, str) else list(cache_types or [])
+    linked = [t for t in types if t in LINKED]
+    if not linked:
+        return None
+    return (
+        f"DVC's cache.type {','.join(types)} links outputs to the cache ({LINKED[linked[0]]}): an output changed in "
+        "place (a truncated Parquet file, a model overwritten) would change the cached object under its md5, and "
+        "every experiment or clone that restores it would get other bytes (reports/inplace_outputs.md). Set "
+        "`dvc config cache.type reflink,copy` (a5's default; `--local`/`--global` wherever it was set)"
+    )
+
+
 def check(params_path: str = "params.yaml") -> None:
-    """Exit with every problem before any work when this machine cannot run the params' GPU settings."""
+    """Exit with every problem before any work: a DVC cache that links outputs (`cache_link_problem`), or GPU
+    settings this machine cannot run."""
+    problem = cache_link_problem(Config.from_cwd().get("cache", {}).get("type"))
+    if problem:
+        raise SystemExit(f"error: {problem}\nNothing was run.")
     params = read_params(params_path)
     model = params.get("model")
     if not isinstance(model, dict) or model.get("device", "auto") != "cuda":
