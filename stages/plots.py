@@ -3,6 +3,7 @@ the tables `dvc plots` draws (reports/curves/) and the run records of the DAG's 
 (reports/run_records.json: what the summary's "Made on" line and a fresh clone's `python -m a5core.checks.forecast`
 read)."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ from a5core.config.sections import DataConfig, ReplicatesConfig, load_section, r
 from a5core.report.curves import write_curves
 from a5core.report.plots import make_plots
 from a5core.report.replicates import hierarchical_interval, replicate_scores
-from a5core.report.summary import summary_markdown, validation_set
+from a5core.report.summary import example_rollouts_text, summary_markdown, validation_set
 from a5core.stage import entry
 
 
@@ -23,6 +24,14 @@ def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> s
     return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *reps.stages(rounds)} | {
         f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
     }
+
+
+def grpo_examples(results: Path, grpo: list[str]) -> list[str]:
+    """The first configured GRPO run's rollouts of one validation question, before and after (none: no GRPO run)."""
+    table = results / "grpo" / grpo[0] / "logs" / "completions.jsonl" if grpo else None
+    if table is None or not table.exists():
+        return []
+    return example_rollouts_text(grpo[0], [json.loads(line) for line in table.read_text().splitlines() if line])
 
 
 def main() -> None:
@@ -44,7 +53,10 @@ def main() -> None:
     write_json(sorted(records, key=lambda r: r["stage"]), args.made_by)
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
     questions = validation_set(load_section(DataConfig, "data", args.params))
-    summary = summary_markdown(results, figures_rel, records=records, validation_set=questions, replicates=replicates)
+    examples = grpo_examples(Path(args.results), list(grpo))
+    summary = summary_markdown(
+        results, figures_rel, records=records, validation_set=questions, replicates=replicates, examples=examples
+    )
     write_text(summary, args.summary)
     print(f"{len(results)} rows in {args.summary}")
 

@@ -16,8 +16,9 @@ def _row(name, lr, acc, sft=0.2):
 
 def test_only_what_differs_in_a_narrow_table():
     lines = table([_row(None, 3e-6, 0.07), _row("master", 3e-5, 0.125), _row("loamy-meed", 3e-6, 0.07)])
-    assert lines[0].split() == ["experiment", "grpo.lr", "grpo/reinforce_baseline", "acc", "(95%)"]
-    assert lines[2].split() == ["master", "3e-05", "0.125", "(0.075–0.175)"]
+    head = "experiment grpo.lr grpo/reinforce_baseline acc (95%) sft/full acc (95%)"
+    assert lines[0].split() == head.split()
+    assert lines[2].split() == ["master", "3e-05", "0.125", "(0.075–0.175)", "0.200", "(0.100–0.300)"]
     assert max(map(len, lines)) <= WIDTH
 
 
@@ -28,3 +29,10 @@ def test_too_many_runs_are_cut_and_say_so():
             row |= {GRPO.replace("reinforce_baseline", f"run_{k}"): 0.01 * k * row[GRPO]}
     lines = table(rows, "grpo")
     assert max(map(len, lines)) <= WIDTH and "--family" in lines[-1]
+
+
+def test_runs_that_did_not_change_stay_when_they_fit():
+    """The smoke model scores the same whatever the lr: the comparison still shows each run's accuracy."""
+    lines = table([_row("baseline", 3e-5, 0.0), _row("lr", 3e-6, 0.0)])
+    assert "grpo/reinforce_baseline acc (95%)" in lines[0] and "sft/full acc (95%)" in lines[0]
+    assert lines[1].split()[:3] == ["baseline", "3e-05", "0.000"]

@@ -6,8 +6,8 @@ import json
 import pytest
 from matplotlib.colors import to_rgba
 
-from a5core.report.plots import ablation_groups, make_plots
-from a5core.report.summary import summary_markdown
+from a5core.report.plots import Result, ablation_groups, make_plots
+from a5core.report.summary import example_rollouts_text, summary_markdown
 
 EI_LAST = "{root}/results/ei/{{run}}/round_2"  # the last round's folder holds the whole history
 HEAD = {
@@ -131,7 +131,6 @@ def test_a_configured_run_without_results_is_an_error(tmp_path):
 
 
 def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
-    from a5core.report.plots import Result
     from a5core.run.evaluation import Evaluation
     from a5core.stage.training import paired_summary, validation_record
 
@@ -356,3 +355,31 @@ def test_wall_clock_comes_from_the_run_records_when_given(tmp_path, monkeypatch)
     assert [list(line.get_xdata()) for line in wall.get_lines()] == [[0, 5, 9], [0, 6, 11]]
     plots.grpo_figures(tmp_path / "results", tmp_path / "figures", {"r": {}}, {"r": (1,)})  # not in the logs
     assert "No data, not drawn: validation accuracy vs wall-clock" in figures["grpo.png"]._supxlabel.get_text()
+
+
+def _completion(step: int, q: str, reward: float, response: str = "r", shown: str = "first") -> dict:
+    prompt = f"Instructions.\nUser: What is {q}?\nAssistant: <think>"
+    return {"step": step, "shown": shown, "unique_id": q, "prompt": prompt, "response": response,
+            "ground_truth": "4", "reward": reward}  # fmt: skip
+
+
+def test_the_example_question_is_the_first_whose_reward_changed():
+    rows = [_completion(0, "q1", 0.0), _completion(0, "q2", 0.0, "wrong"), _completion(0, "q3", 0.0)]
+    rows += [_completion(2, "q1", 0.0), _completion(2, "q2", 0.0)]  # a mid evaluation: not the last
+    rows += [_completion(4, "q2", 1.0, "right ```x```"), _completion(4, "q1", 0.0), _completion(4, "q3", 1.0)]
+    rows += [_completion(4, "q9", 1.0, shown="top_reward"), _completion(0, "q9", 0.0, shown="top_reward")]
+    text = "\n".join(example_rollouts_text("run", rows))
+    assert "question `q2`" in text and "What is q2?" in text and "Instructions" not in text
+    assert "Before GRPO (step 0), reward 0:" in text and "After GRPO (step 4), reward 1:" in text
+    assert "````text\nright ```x```\n````" in text  # a fence the response cannot close
+    same = [_completion(0, "q1", 1.0), _completion(0, "q2", 0.0), _completion(3, "q2", 0.0), _completion(3, "q1", 1.0)]
+    assert "question `q1`" in "\n".join(example_rollouts_text("run", same))  # none changed: the first question
+    assert example_rollouts_text("run", [_completion(3, "q1", 1.0)]) == []  # no step-0 completions: no example
+
+
+def test_the_summary_shows_the_examples_after_the_table():
+    metrics = {"eval/accuracy": 0.5, "eval/accuracy_lo": 0.4, "eval/accuracy_hi": 0.6, "count/questions": 40,
+               "count/samples_per_question": 1}  # fmt: skip
+    examples = ["", "## A validation question before and after GRPO"]
+    summary = summary_markdown([Result("GRPO", "r", metrics, "grpo.png")], "figures", examples=examples)
+    assert summary.endswith("## A validation question before and after GRPO\n")

@@ -6,7 +6,8 @@ and each run's validation accuracy with its 95% interval, in at most 120 columns
 
 `dvc exp show` names a metric by its file (`results/grpo/<run>/metrics.json:eval/accuracy`) and lists every param,
 so even `--only-changed` or `--drop/--keep` leave a table wider than a terminal; this reads the same table
-(`dvc.api.exp_show`) and prints it short. Runs whose accuracy is the same in every row are left out.
+(`dvc.api.exp_show`) and prints it short. When every run does not fit, runs whose accuracy is the same in every row
+are left out first.
 """
 
 from __future__ import annotations
@@ -37,17 +38,22 @@ def table(rows: list[dict], family: str | None = None) -> list[str]:
     ]
     runs = [m["run"] for k in rows[0] if (m := METRIC.match(k)) and (family is None or m["run"].startswith(family))]
     columns = {run: [accuracy(r, run) for r in rows] for run in runs}
-    columns = {run: acc for run, acc in columns.items() if len(set(acc)) > 1}
+    lines = _lines(rows, params, columns)
+    if any(len(line) > WIDTH for line in lines):  # the runs that differ between experiments come first
+        lines = _lines(rows, params, {run: acc for run, acc in columns.items() if len(set(acc)) > 1})
+    if any(len(line) > WIDTH for line in lines):
+        return [line[:WIDTH] for line in lines] + [f"(cut at {WIDTH} columns: --family narrows it)"]
+    return lines
+
+
+def _lines(rows: list[dict], params: list[str], columns: dict[str, list[str]]) -> list[str]:
     head = ["experiment", *params, *(f"{run} acc (95%)" for run in columns)]
     body = [
         [r.get("Experiment") or r["rev"], *(_value(r.get(p)) for p in params), *(acc[i] for acc in columns.values())]
         for i, r in enumerate(rows)
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
-    if any(len(line) > WIDTH for line in lines):
-        return [line[:WIDTH] for line in lines] + [f"(cut at {WIDTH} columns: --family narrows it)"]
-    return lines
+    return ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
 
 
 def main() -> None:

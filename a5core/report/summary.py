@@ -1,8 +1,11 @@
 """`reports/summary.md`: every method's validation accuracy with its 95% interval, the paired change of every trained
 run from its starting policy, which changes the protocol resolves, and what it can and cannot resolve; with seed
-replicates, each replicated run's mean over its seeds with a hierarchical interval (a5core.report.replicates)."""
+replicates, each replicated run's mean over its seeds with a hierarchical interval (a5core.report.replicates); and one
+validation question's rollouts before and after GRPO, picked by a fixed rule (`example_rollouts_text`)."""
 
 from __future__ import annotations
+
+import re
 
 from a5core.base.run_record import machine_kind
 from a5core.base.stats import min_detectable_difference
@@ -118,6 +121,51 @@ def made_on_text(records: list[dict]) -> list[str]:
     ]
 
 
+def _question(prompt: str) -> str:
+    """The user's question inside a prompt template (`User: ... Assistant:`), else the whole prompt."""
+    head, _, rest = prompt.partition("User: ")
+    return (rest or head).split("\nAssistant:")[0].strip()
+
+
+def _fenced(text: str) -> list[str]:
+    """`text` verbatim in a fenced block whose fence no run of backticks inside it can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", text.strip(), fence]
+
+
+def example_rollouts_text(run: str, completions: list[dict]) -> list[str]:
+    """One validation question's rollouts before GRPO (the run's step-0 evaluation) and after (its last), from the
+    run's completions table (a5core.run.evaluation `completions`). The rule: among the questions whose first sample
+    is shown at both evaluations (validation order), the first whose reward differs between them, else the first."""
+    first = [c for c in completions if c.get("shown") == "first"]
+    last = max((c["step"] for c in first), default=0)
+    before, after = {}, {}
+    for c in first:
+        if c["step"] in (0, last):
+            (before if c["step"] == 0 else after).setdefault(c["unique_id"], c)
+    both = [q for q in before if q in after]
+    if not last or not both:
+        return []
+    q = next((q for q in both if before[q]["reward"] != after[q]["reward"]), both[0])
+    lines = [
+        "",
+        "## A validation question before and after GRPO",
+        "",
+        f"`grpo@{run}`, question `{q}`: of the validation questions whose first sample both evaluations show, the "
+        "first whose reward changed (else the first one). The prompt's question, then the policy's response at the "
+        f"start (step 0) and after the last step (optimizer step {last}), each with its reward.",
+        "",
+        f"Question (answer {before[q]['ground_truth']}):",
+        "",
+        *_fenced(_question(before[q]["prompt"])),
+    ]
+    for label, c in ((f"Before GRPO (step 0), reward {before[q]['reward']:g}:", before[q]),
+                     (f"After GRPO (step {last}), reward {after[q]['reward']:g}:", after[q])):  # fmt: skip
+        lines += ["", label, "", *_fenced(c["response"])]
+    return lines
+
+
 def summary_markdown(
     results: list[Result],
     figures_rel: str,
@@ -125,6 +173,7 @@ def summary_markdown(
     records: list[dict] | None = None,
     validation_set: str = "",
     replicates: dict[tuple[str, str], dict] | None = None,
+    examples: list[str] | None = None,
 ) -> str:
     lines = [
         "# Summary",
@@ -152,4 +201,5 @@ def summary_markdown(
             + f" [{r.figure}]({figures_rel}/{r.figure}) |"
         )
     lines += replicates_text(replicates or {})
+    lines += examples or []
     return "\n".join(lines) + "\n"

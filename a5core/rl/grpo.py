@@ -43,7 +43,7 @@ from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
 from a5core.rl.rl_options import dynamic_sample, reference_policy, refill_sampling, truncation_rate
 from a5core.run.checkpoint import Checkpointer
-from a5core.run.evaluation import RunResult, generate_and_grade, log_evaluation
+from a5core.run.evaluation import RunResult, completions, generate_and_grade, log_evaluation
 from a5core.run.history import RunHistory
 
 
@@ -309,8 +309,11 @@ def train_grpo(
     history.restore(state.get("history"))
     history.total_steps = cfg.n_grpo_steps * cfg.optimizer_steps_per_step
     if not state:  # where the curve starts; outside the wall-clock budget
-        metrics = initial["metrics"] if initial else validate(policy, full=True).metrics
+        start = None if initial else validate(policy, full=True)
+        metrics = initial["metrics"] if initial else start.metrics
         history.log("eval", {"step": 0, "count/grpo_step": 0, **metrics, "perf/wall_s": 0.0})
+        if start is not None:  # the start's completions: the summary's rollouts before GRPO
+            history.log_completions(0, completions(start, n_completions))
     t_start = time.monotonic() - state.get("wall_s", 0.0)
     if cfg.max_staleness:
         backend.keep_own_weights()  # the learner updates the policy while the engine generates
