@@ -37,7 +37,7 @@ def main() -> None:
         with grader_pool(val_cfg) as val_pool:
             base = evaluate_policy(policy, tokenizer, backend, rows, val_cfg, val_pool, cut=compute.cut)
     protocol = validation_protocol(val_cfg, args.validation, compute.bf16_autocast)
-    write_json(validation_record(base, protocol), args.initial)
+    write_json(validation_record(base, protocol, shown=0), args.initial)  # the SFT runs' start: scores only
     prov = provenance(
         "baseline_eval", {"eval": cfg, "generation": gen}, {"model": args.model, "validation": args.validation}
     )

@@ -59,7 +59,8 @@ PATHS = (
 def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     """The round's history, rollouts, model (with its validation), starting-policy record, metrics and report."""
     rounds.append(history_row(args.round, result.final.metrics, result.details))
-    ts.save_model(args.out, prov, validation_record(result.final, ts.protocol))  # every rank calls it
+    record = validation_record(result.final, ts.protocol, ts.start.logging.completions)
+    ts.save_model(args.out, prov, record)  # every rank calls it
     if not ts.main:  # rank 0 of a distributed run writes the results
         return
     write_csv(rounds, f"{args.logs}/rounds.csv")

@@ -139,8 +139,10 @@ def test_pass_and_maj_at_k_and_their_paired_changes_reach_the_summary():
         return Evaluation([], metrics, {}, acc, [], {"maj@4": maj})
 
     questions = [f"q{i}" for i in range(40)]
-    before = validation_record(evaluation(dict.fromkeys(questions, 0.25), dict.fromkeys(questions, 0.0)), "p")
-    assert before["at_k"]["maj@4"]["q0"] == 0.0 and "at_k" not in validation_record(Evaluation([], {}, {}, {}, []), "p")
+    before = validation_record(evaluation(dict.fromkeys(questions, 0.25), dict.fromkeys(questions, 0.0)), "p", 0)
+    assert before["at_k"]["maj@4"]["q0"] == 0.0 and "at_k" not in validation_record(
+        Evaluation([], {}, {}, {}, []), "p", 0
+    )
     after = evaluation(dict.fromkeys(questions, 0.5), {q: float(i < 10) for i, q in enumerate(questions)})
     change = paired_summary(after, before)
     assert change["eval/delta_maj@4"] == 0.25 and change["eval/delta_maj@4_lo"] > 0  # 10 of 40 questions gained
@@ -370,8 +372,9 @@ def test_the_example_question_is_the_first_whose_reward_changed():
     rows += [_completion(4, "q9", 1.0, shown="top_reward"), _completion(0, "q9", 0.0, shown="top_reward")]
     text = "\n".join(example_rollouts_text("run", rows))
     assert "question `q2`" in text and "What is q2?" in text and "Instructions" not in text
-    assert "Before GRPO (step 0), reward 0:" in text and "After GRPO (step 4), reward 1:" in text
+    assert "Before GRPO (step 0), reward 0.0:" in text and "After GRPO (step 4), reward 1.0:" in text
     assert "````text\nright ```x```\n````" in text  # a fence the response cannot close
+    assert "Question (answer `4`):" in text
     same = [_completion(0, "q1", 1.0), _completion(0, "q2", 0.0), _completion(3, "q2", 0.0), _completion(3, "q1", 1.0)]
     assert "question `q1`" in "\n".join(example_rollouts_text("run", same))  # none changed: the first question
     assert example_rollouts_text("run", [_completion(3, "q1", 1.0)]) == []  # no step-0 completions: no example

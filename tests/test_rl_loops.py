@@ -21,6 +21,7 @@ from a5core.rl.grpo import GRPOConfig
 from a5core.rl.sft import SFTConfig
 from a5core.run.evaluation import RunResult
 from tests.support.loops import (
+    INITIAL,
     METRICS,
     ROWS,
     DyingHistory,
@@ -76,6 +77,18 @@ def test_off_policy_old_log_probs_once_no_grad_and_zero_first_pass_clip(tiny, tm
     assert {r["count/grpo_step"] for r in train} == {1}
     assert train[0]["train/clip_fraction"] == 0.0  # the first optimizer step is exactly on-policy
     assert [r["step"] for r in history.rows["eval"]] == [0, 6]  # the start, and the end at optimizer step 6
+
+
+def test_grpo_logs_its_starts_first_completions_at_step_0(tiny, tmp_path):
+    """The start's record carries its first responses (a model folder's validation.json): GRPO logs them as step 0,
+    where the summary finds the responses before GRPO; a record without them logs none."""
+    model, tok = tiny
+    shown = [{"shown": "first", "unique_id": "q0", "prompt": "p", "response": " r", "reward": 0.0}]
+    cfg = grpo_cfg(n_grpo_steps=1)
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path / "a", cfg, initial={**INITIAL, "completions": shown})
+    assert [c for c in history.completions if c["step"] == 0] == [{"step": 0, **shown[0]}]
+    _, history = run_grpo(copy.deepcopy(model), tok, tmp_path / "b", cfg)
+    assert not [c for c in history.completions if c["step"] == 0]
 
 
 def test_config_errors_before_any_generation(tiny, tmp_path):

@@ -4,9 +4,9 @@
   choices and ranges (`Annotated[int, Bound(lo=1)]`), then the section's own `problems()`, all reported at once.
 - `load_yaml` reads YAML 1.2 floats (`3e-6`, as `dvc exp run -S` writes them) and rejects duplicate keys.
 - `read_params`, `load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read a params file.
-- `pin_params(path)` (a stage's prologue) and `check_pinned_params()`: a params file that changes while a stage runs
-  (a second `dvc exp run` in the same checkout writes params.yaml before DVC refuses it as busy) is an error at the
-  stage's next read of it and at its end, so DVC never records outputs under params that did not make them.
+- `pin_params(path)` (a stage's prologue) and `check_pinned_params()`: a stage reads its params file once; if the file
+  holds other values at its end (a second `dvc exp run` in the same checkout writes params.yaml before DVC refuses it
+  as busy), the stage fails, so DVC never records outputs under params that did not make them.
 
 The project's sections are in a5core/config/sections.py; `check_params`, the whole-file check, in
 a5core/checks/params.py.
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import math
 import re
+import time
 import types
 import typing
 from dataclasses import dataclass
@@ -251,55 +251,63 @@ def load_yaml(text: str) -> Any:
 
 
 class ParamsChanged(ProjectError):
-    """The params file a stage started with changed while it ran."""
+    """The params file a stage started with holds other values at its end."""
 
     hint = (
-        "DVC recorded nothing of this stage. Run one experiment at a time per checkout (queue the others: "
-        "`dvc exp run --queue -S ...` then `dvc queue start`, or use a second clone), then rerun"
+        "DVC recorded nothing of this stage; its outputs in the workspace are unrecorded (`dvc checkout` puts back the "
+        "recorded ones). Run one experiment at a time per checkout (`dvc exp run --queue` the others, or use a second "
+        "clone), then rerun"
     )
 
 
-_PINNED: dict[Path, str] = {}  # the params files this process's stage started with: resolved path -> sha256
+_PINNED: dict[Path, tuple[str, Any]] = {}  # the params files this process's stage started with: path -> (text, values)
+GRACE_S = 30.0  # how long the end check waits for pinned values to come back (`dvc exp run --queue` stashes them)
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def _values(text: str) -> Any:
+    try:
+        return load_yaml(text)
+    except ConfigError:
+        return None
 
 
 def pin_params(path: str | Path) -> None:
-    """Remember `path`'s bytes as this stage's params: a later read (or `check_pinned_params`) that finds other bytes
-    raises `ParamsChanged` (a missing file is left to the first read to report)."""
+    """This stage's params are `path`'s values now: every later `read_params(path)` in this process returns them
+    (one set of params for the whole stage, whatever happens to the file), and `check_pinned_params` requires the file
+    to hold them again at the stage's end. A missing or unreadable file is left to the first read to report."""
     try:
-        _PINNED[Path(path).resolve()] = _digest(Path(path).read_text())
+        text = Path(path).read_text()
     except (OSError, UnicodeDecodeError):
         return
+    _PINNED[Path(path).resolve()] = (text, _values(text))
 
 
-def _check_pinned(path: Path, text: str) -> None:
-    pinned = _PINNED.get(path.resolve())
-    if pinned is not None and pinned != _digest(text):
-        raise ParamsChanged(
-            f"{path} changed while this stage ran (a second `dvc exp run` or `dvc repro` in this checkout writes it "
-            "before DVC refuses that run as busy); this stage's work follows the params it started with, so it stops "
-            "before DVC can record it under the new ones"
-        )
-
-
-def check_pinned_params() -> None:
-    """Raise `ParamsChanged` if a pinned params file no longer holds the bytes its stage started with."""
-    for path in list(_PINNED):
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError):
-            text = ""  # deleted or unreadable: changed all the same
-        _check_pinned(path, text)
+def check_pinned_params(grace_s: float | None = None) -> None:
+    """Raise `ParamsChanged` if a pinned params file holds other values than its stage started with (a comment or
+    formatting edit is no change: DVC records values) and they do not come back within `grace_s` seconds (GRACE_S)."""
+    deadline = time.monotonic() + (GRACE_S if grace_s is None else grace_s)
+    for path, (_, values) in _PINNED.items():
+        while True:
+            try:
+                now = _values(path.read_text())
+            except (OSError, UnicodeDecodeError):
+                now = None  # deleted or unreadable: not the stage's params
+            if now == values:
+                break
+            if time.monotonic() >= deadline:
+                raise ParamsChanged(
+                    f"{path} changed while this stage ran (a second `dvc exp run` or `dvc repro` in this checkout "
+                    "writes it before DVC refuses that run as busy); this stage ran with the params it started with, "
+                    "so it stops before DVC can record its outputs under the new ones"
+                )
+            time.sleep(0.5)
 
 
 def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """The params file as a mapping; a file pinned by this process's stage must still hold its first bytes."""
+    """The params file as a mapping; a file this process's stage pinned (`pin_params`) as it was then."""
+    pinned = _PINNED.get(Path(path).resolve())
     try:
-        text = Path(path).read_text()
-        _check_pinned(Path(path), text)
+        text = pinned[0] if pinned else Path(path).read_text()
         data = load_yaml(text) or {}
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None

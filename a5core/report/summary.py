@@ -127,11 +127,21 @@ def _question(prompt: str) -> str:
     return (rest or head).split("\nAssistant:")[0].strip()
 
 
+def _ticks(text: str, least: int) -> str:
+    """A run of backticks longer than any inside `text` (and at least `least`): a code span or fence it cannot close."""
+    return "`" * max(least, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+
+
+def _code(text: str) -> str:
+    """`text` verbatim as inline code (Markdown and HTML in it shown, not rendered)."""
+    ticks = _ticks(text, 1)
+    return f"{ticks} {text} {ticks}" if text.startswith("`") or text.endswith("`") else f"{ticks}{text}{ticks}"
+
+
 def _fenced(text: str) -> list[str]:
-    """`text` verbatim in a fenced block whose fence no run of backticks inside it can close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return [fence + "text", text.strip(), fence]
+    """`text` verbatim in a fenced block (blank lines around it dropped)."""
+    fence = _ticks(text, 3)
+    return [fence + "text", text.strip("\n"), fence]
 
 
 def example_rollouts_text(run: str, completions: list[dict]) -> list[str]:
@@ -152,16 +162,16 @@ def example_rollouts_text(run: str, completions: list[dict]) -> list[str]:
         "",
         "## A validation question before and after GRPO",
         "",
-        f"`grpo@{run}`, question `{q}`: of the validation questions whose first sample both evaluations show, the "
+        f"`grpo@{run}`, question {_code(q)}: of the validation questions whose first sample both evaluations show, the "
         "first whose reward changed (else the first one). The prompt's question, then the policy's response at the "
         f"start (step 0) and after the last step (optimizer step {last}), each with its reward.",
         "",
-        f"Question (answer {before[q]['ground_truth']}):",
+        f"Question (answer {_code(str(before[q]['ground_truth']))}):",
         "",
         *_fenced(_question(before[q]["prompt"])),
     ]
-    for label, c in ((f"Before GRPO (step 0), reward {before[q]['reward']:g}:", before[q]),
-                     (f"After GRPO (step {last}), reward {after[q]['reward']:g}:", after[q])):  # fmt: skip
+    for label, c in ((f"Before GRPO (step 0), reward {before[q]['reward']}:", before[q]),
+                     (f"After GRPO (step {last}), reward {after[q]['reward']}:", after[q])):  # fmt: skip
         lines += ["", label, "", *_fenced(c["response"])]
     return lines
 

@@ -43,7 +43,7 @@ from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
 from a5core.rl.rl_options import dynamic_sample, reference_policy, refill_sampling, truncation_rate
 from a5core.run.checkpoint import Checkpointer
-from a5core.run.evaluation import RunResult, completions, generate_and_grade, log_evaluation
+from a5core.run.evaluation import RunResult, first_completions, generate_and_grade, log_evaluation
 from a5core.run.history import RunHistory
 
 
@@ -312,8 +312,9 @@ def train_grpo(
         start = None if initial else validate(policy, full=True)
         metrics = initial["metrics"] if initial else start.metrics
         history.log("eval", {"step": 0, "count/grpo_step": 0, **metrics, "perf/wall_s": 0.0})
-        if start is not None:  # the start's completions: the summary's rollouts before GRPO
-            history.log_completions(0, completions(start, n_completions))
+        shown = initial.get("completions") if initial else first_completions(start, n_completions)
+        if shown:  # the start's first responses (a record saved before they were kept has none): the summary's
+            history.log_completions(0, shown[:n_completions])  # rollouts before GRPO
     t_start = time.monotonic() - state.get("wall_s", 0.0)
     if cfg.max_staleness:
         backend.keep_own_weights()  # the learner updates the policy while the engine generates

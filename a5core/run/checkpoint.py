@@ -247,7 +247,8 @@ class Checkpointer:
 
 def clear_scratch(folder: str | Path) -> None:
     """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it; kept when
-    the params file changed while the stage ran (`ParamsChanged`: the stage stops, a rerun at its params resumes)."""
+    the params file holds other values than the stage ran with (`ParamsChanged`: the stage stops, a rerun at its
+    params resumes)."""
     check_pinned_params()
     shutil.rmtree(folder, ignore_errors=True)
     remove_empty_parents(Path(folder))

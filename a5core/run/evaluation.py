@@ -280,6 +280,12 @@ def completions(evaluation: Evaluation, n: int) -> list[dict]:
     ]
 
 
+def first_completions(evaluation: Evaluation, n: int) -> list[dict]:
+    """`completions`' first n samples only (`"shown": "first"`): what a validation record keeps, so that a run
+    starting from it shows its start's responses (GRPO's step 0)."""
+    return [c for c in completions(evaluation, n) if c["shown"] == "first"]
+
+
 def log_evaluation(history, step: int, evaluation: Evaluation, n_completions: int, extra: dict | None = None) -> None:
     """One eval row (headline metrics, and `extra` namespaced fields) and its completions table into a RunHistory."""
     history.log("eval", {"step": step, **evaluation.metrics, **(extra or {})})

@@ -59,12 +59,12 @@ def run(main: Callable[[], None]) -> None:
     """Run a stage's `main`: an error the project detected (a `ProjectError`) exits 1 with one line `error: ...`
     naming the file or key and what to do (its `hint`); Ctrl-C exits 130 with one line `interrupted: ...` naming the
     stage, how far it got (a training stage says its optimizer step) and the command that resumes it; a params file
-    that changed while the stage ran (`pin_params` in `args`) exits 1 even after `main` returned; a full disk
+    holding other values than the stage ran with (`pin_params` in `args`) exits 1 after `main` returned; a full disk
     (ENOSPC, EDQUOT) exits 1 with one line naming the file and what to free; any other exception keeps its
     traceback."""
     try:
         main()
-        check_pinned_params()  # params.yaml changed under the stage: fail, so that DVC records nothing
+        check_pinned_params()  # params.yaml holds other values than the stage ran with: fail, DVC records nothing
     except ProjectError as err:
         hint = err.hint
         text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
@@ -109,7 +109,7 @@ def args(*names: str, **extra) -> argparse.Namespace:
         parser.add_argument(f"--{name}", type=tp, default=None)
     parser.add_argument("--params", default="params.yaml")
     parsed = parser.parse_args()
-    pin_params(parsed.params)  # a later read that finds other bytes (a second experiment here) is an error
+    pin_params(parsed.params)  # the stage reads these values; other values at its end (a second experiment) fail it
     try:
         # a GPU profile on a machine that cannot run it: the user must hear "no CUDA here" before being sent to fetch
         # its data (check_params checks the data files)

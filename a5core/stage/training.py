@@ -32,7 +32,7 @@ from a5core.model import distributed, lora, microbatch
 from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
 from a5core.run.checkpoint import fingerprint
-from a5core.run.evaluation import Evaluation, evaluate_policy
+from a5core.run.evaluation import Evaluation, evaluate_policy, first_completions
 from a5core.run.history import RunHistory, is_timing
 from a5core.stage import entry
 
@@ -126,7 +126,8 @@ class TrainingStage:
     def save(self, out: str, final: Evaluation, params: dict, inputs: dict) -> None:
         """The trained policy's folder, with its provenance and its final validation (every rank calls it; rank 0
         writes)."""
-        self.save_model(out, provenance(self.name, params, inputs), validation_record(final, self.protocol))
+        record = validation_record(final, self.protocol, self.start.logging.completions)
+        self.save_model(out, provenance(self.name, params, inputs), record)
 
     def save_model(self, out: str, prov: dict, validation: dict) -> None:
         policy = distributed.full_weights(self.start.policy)  # a collective under fsdp2
@@ -169,7 +170,7 @@ def training_stage(
     )
     with history, pool, vpool:
         validate = Validator(start, vpool, subset_size=subset_size, prompt=prompt)
-        initial = initial_validation(initial_from, protocol, validate, start.policy)
+        initial = initial_validation(initial_from, protocol, validate, start.policy, start.logging.completions)
         try:
             yield TrainingStage(name, start, pool, validate, history, protocol, initial)
         except KeyboardInterrupt:  # Ctrl-C: entry.run ends the stage with one line saying how far it got
@@ -268,14 +269,18 @@ def load_validation(path: str | Path, protocol: str) -> dict | None:
     return saved if saved.get("protocol") == protocol and "per_question" in saved else None
 
 
-def validation_record(evaluation: Evaluation, protocol: str) -> dict:
+def validation_record(evaluation: Evaluation, protocol: str, shown: int) -> dict:
+    """A full validation as saved: its protocol, metrics and per-question scores, pass@k and maj@n per question
+    (n > 1), and its first `shown` completions (a model folder's record: GRPO logs them as its step 0)."""
     record = {"protocol": protocol, "metrics": evaluation.metrics, "per_question": evaluation.per_question}
-    return record | ({"at_k": evaluation.at_k} if evaluation.at_k else {})  # pass@k, maj@n per question (n > 1)
+    record |= {"at_k": evaluation.at_k} if evaluation.at_k else {}
+    return record | ({"completions": first_completions(evaluation, shown)} if shown else {})
 
 
-def initial_validation(path: str | Path, protocol: str, validate: Validator, policy) -> dict:
-    """The starting policy's full validation: saved with it under the same protocol, or measured now."""
-    return load_validation(path, protocol) or validation_record(validate(policy, full=True), protocol)
+def initial_validation(path: str | Path, protocol: str, validate: Validator, policy, shown: int) -> dict:
+    """The starting policy's full validation: saved with it under the same protocol, or measured now (with its first
+    `shown` completions)."""
+    return load_validation(path, protocol) or validation_record(validate(policy, full=True), protocol, shown)
 
 
 def paired_summary(final: Evaluation, initial: dict) -> dict:
@@ -329,7 +334,7 @@ def write_results(
     details = {k: v for k, v in out.items() if k not in METRIC_KEYS and not is_timing(k)}
     write_json(details, metrics_path.with_name("details.json"))
     if protocol is not None:
-        write_json(validation_record(final, protocol), metrics_path.with_name(VALIDATION_FILE))
+        write_json(validation_record(final, protocol, shown=0), metrics_path.with_name(VALIDATION_FILE))  # scores
     return out
 
 

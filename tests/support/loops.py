@@ -158,10 +158,12 @@ def grpo_cfg(**kw) -> GRPOConfig:
     return GRPOConfig(**{**base, **kw})
 
 
-def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None, validate=None):
+def run_grpo(
+    policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None, validate=None, initial=None
+):
     """train_grpo on ROWS with the stand-ins (a StubBackend of `texts` unless `backend`, a StubValidator unless
-    `validate`), logging under `folder`; `die_at`: killed when logging that train step. Returns (the run's details,
-    its history)."""
+    `validate`), logging under `folder`; `die_at`: killed when logging that train step; `initial`: the start's
+    validation record (default INITIAL). Returns (the run's details, its history)."""
     with DyingHistory(folder, die_at) as history:
         result = train_grpo(
             policy,
@@ -173,7 +175,7 @@ def run_grpo(policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_a
             validate=validate or StubValidator(),
             history=history,
             ckpt=ckpt,
-            initial=INITIAL,
+            initial=initial or INITIAL,
         )
     return result.details, history
 
