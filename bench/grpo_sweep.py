@@ -5,8 +5,8 @@
 Each shape is the default profile's `grpo` section with a few fields changed (SHAPES), run through the real stage
 (`stages/grpo.py`, one process each, niced by the caller) from `models/sft_filtered` on the default data, validated at
 the default protocol (64 questions x 2 samples, the paired change from the start with its bootstrap interval). The
-results go to `<out>/sweep.json` after each run (a rerun skips the shapes already there) and, as a table, to
-reports/grpo_sweep.md with the command. Rollouts per run = n_grpo_steps x rollout_batch_size.
+results go to `<out>/sweep.json` after each run (a rerun skips the shapes already there) and are printed as the table
+of reports/grpo_sweep.md. Rollouts per run = n_grpo_steps x rollout_batch_size.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from tools import report_dates
+
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 200
 
@@ -168,3 +170,14 @@ def test_slug_follows_github() -> None:
     assert slug("Issue #25: every seed from `derive_seed`, and what it moved") == (
         "issue-25-every-seed-from-derive_seed-and-what-it-moved"
     )
+
+
+def test_the_reports_index_dates_are_the_files_last_changes():
+    """reports/README.md's date column is what git says (tools/report_dates.py; `--write` fixes it)."""
+    git = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    if git.returncode != 0 or git.stdout.strip() != "false":
+        pytest.skip("needs the repository's whole git history")
+    text = report_dates.INDEX.read_text()
+    assert len(report_dates.rows(text)) > 30
+    found = report_dates.stale(text)
+    assert not found, f"run `python -m tools.report_dates --write`: {found}"

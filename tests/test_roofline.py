@@ -1,0 +1,48 @@
+"""bench/roofline.py runs as committed (on a tiny random model) and reports each piece of work against its limit."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.roofline import op_class
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_operators_fall_in_their_classes():
+    assert op_class("aten::mm") == "matmuls" and op_class("aten::addmm") == "matmuls"
+    assert op_class("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert (
+        op_class("aten::_softmax") == "sampling and entropy" and op_class("aten::multinomial") == "sampling and entropy"
+    )
+    assert op_class("aten::cat") == "other operators" and op_class("aten::mmap_thing") == "other operators"
+
+
+@pytest.mark.slow
+def test_the_bench_reports_every_piece_of_work_against_its_limit(tmp_path):
+    out = tmp_path / "roofline"
+    r = subprocess.run(
+        [sys.executable, "bench/roofline.py", "--tiny", "--square", "128", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    names = [(w["name"].split(":")[0], w["precision"]) for w in res["work"]]
+    assert names == [("generate", p) for _ in range(2) for p in ("float32", "bf16 autocast")] + [
+        ("train", "float32"), ("train", "bf16 autocast"),
+    ]  # fmt: skip
+    for w in res["work"]:
+        assert w["tokens_per_s"] > 0 and w["limit_tokens_per_s"] == min(
+            w["products_tokens_per_s"], w["memory_tokens_per_s"]
+        )
+        assert w["fraction"] == pytest.approx(w["tokens_per_s"] / w["limit_tokens_per_s"])
+    assert all(0 < w["occupancy"] <= 1 for w in res["work"] if w["name"].startswith("generate"))
+    assert res["bandwidth_gb_s"] > 0 and all(v > 0 for row in res["gemm"].values() for v in row.values())
+    for prof in res["profile"].values():
+        assert prof["seconds"]["matmuls"] > 0 and sum(prof["seconds"].values()) == pytest.approx(
+            prof["wall_s"], rel=0.05
+        )
+    assert "## The work against its limit" in out.with_suffix(".md").read_text()
