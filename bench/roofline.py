@@ -7,10 +7,12 @@
    memory bandwidth (a 256 MiB copy).
 2. The limit of each piece of work: the larger of (a) its products at their shapes, each timed alone with its
    operands in cache, summed over the layers, and (b) streaming the weights from memory once per decode step (three
-   passes for a training micro-batch). Attention's own products, sampling and the optimizer are left out of it.
+   passes for a training micro-batch). Attention's own products, sampling, the prompt's prefill and the optimizer
+   are left out of it.
 3. The work: the hf backend generating the GRPO rollouts (4 questions x 4 samples) and a validation batch (32
    questions x 2 samples), 64 new tokens at most, tokens/s; one training micro-batch (the rollouts' prompts and
-   responses) forward and backward through a5's log-prob path, tokens/s. Each in float32 and under bf16 autocast,
+   responses) forward and backward through a5's log-prob path (the shared prompt prefix computed once, as in
+   training; the limit counts the rows computed), padded tokens/s. Each in float32 and under bf16 autocast,
    and as a fraction of its limit; generation also with its batch occupancy (sequences stop early).
 4. Where the time goes: torch.profiler over one rollout generation and one micro-batch, by operator class, with the
    share no operator accounts for (Python and the framework between operators).
@@ -36,7 +38,7 @@ from a5core.config.sections import SamplingConfig
 from a5core.data.synthetic import generate as synthetic
 from a5core.generation import HFBackend
 from a5core.model.loading import build_tiny_model, load_policy
-from a5core.model.logprobs import get_response_log_probs
+from a5core.model.logprobs import get_response_log_probs, shared_prefix_length
 from a5core.model.tokenization import tokenize_ids
 from a5core.stage.entry import quiet_known_noise
 
@@ -137,7 +139,7 @@ def training(model, batch: dict, bf16: bool) -> dict:
 MATMULS = {"mm", "addmm", "matmul", "linear", "bmm", "baddbmm"}  # aten operator names, exactly
 CLASSES = (  # (class, parts of aten operator names)
     ("attention", ("scaled_dot_product", "flash_attention", "efficient_attention")),
-    ("sampling and entropy", ("softmax", "exp", "multinomial", "sort", "cumsum", "topk", "argmax", "exponential")),
+    ("softmax and sampling", ("softmax", "exp", "multinomial", "sort", "cumsum", "topk", "argmax", "exponential")),
 )
 
 
@@ -267,12 +269,17 @@ def main() -> None:
             )
             progress(work[-1])
     batch = micro_batch(tok, rollouts)
-    tokens = batch["input_ids"].numel()
-    shape = "x".join(map(str, batch["input_ids"].shape))
+    b, t_len = batch["input_ids"].shape
+    shape = f"{b}x{t_len}"
+    prefix = shared_prefix_length(batch["input_ids"])  # the path computes it once (share_prefix), not b times
+    computed = prefix + b * (t_len - prefix)  # the rows its products have
     for precision, bf16 in precisions.items():  # a backward has about twice a forward's products: 3 passes
         t = training(model, batch, bf16)
+        lim = products(computed, bf16)  # 3 passes over `computed` rows process the b x t_len padded tokens
         work.append(
-            limit_row(f"train: one micro-batch ({shape})", precision, t, tokens, 3, products(tokens, bf16), weights, bw)
+            limit_row(
+                f"train: one micro-batch ({shape}, prefix {prefix})", precision, t, b * t_len, 3, lim, weights, bw
+            )
         )
         progress(work[-1])
     backend = HFBackend(model, tok, batch_size=16)
@@ -281,7 +288,9 @@ def main() -> None:
         "generate: GRPO rollouts (4 x 4)": where_time_goes(
             lambda: backend.generate(prompts[:4], sampling, progress=False)
         ),
-        f"train: one micro-batch ({shape})": where_time_goes(lambda: training(model, batch, False)),
+        f"train: one micro-batch ({shape}), 4 times (a warm-up, 3 timed)": where_time_goes(
+            lambda: training(model, batch, False)
+        ),
     }
     res = {
         "command": f"python bench/roofline.py {'--tiny' if a.tiny else f'--model {a.model}'} --out {a.out}",

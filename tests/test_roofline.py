@@ -16,7 +16,7 @@ def test_operators_fall_in_their_classes():
     assert op_class("aten::mm") == "matmuls" and op_class("aten::addmm") == "matmuls"
     assert op_class("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert (
-        op_class("aten::_softmax") == "sampling and entropy" and op_class("aten::multinomial") == "sampling and entropy"
+        op_class("aten::_softmax") == "softmax and sampling" and op_class("aten::multinomial") == "softmax and sampling"
     )
     assert op_class("aten::cat") == "other operators" and op_class("aten::mmap_thing") == "other operators"
 
