@@ -386,3 +386,36 @@ def test_the_summary_shows_the_examples_after_the_table():
     examples = ["", "## A validation question before and after GRPO"]
     summary = summary_markdown([Result("GRPO", "r", metrics, "grpo.png")], "figures", examples=examples)
     assert summary.endswith("## A validation question before and after GRPO\n")
+
+
+def test_the_training_reward_is_a_running_mean_over_grpo_steps_with_its_t_band(tmp_path, monkeypatch):
+    from a5core.report import plots
+
+    figures = _figures(monkeypatch)
+    root = tmp_path / "results"
+    _grpo_run(root, "on", steps=3)
+    _grpo_run(root, "off", steps=3)
+    header = "step,count/grpo_step,train/entropy,rollout/response_tokens,train/grad_norm,rollout/reward"
+    on = [f"{s},{s},1,16,0.5,{r}" for s, r in ((1, 0.0), (2, 0.5), (3, 1.0))]
+    off = [f"{s},{(s + 1) // 2},1,16,0.5,{r}" for s, r in ((1, 0.0), (2, 0.0), (3, 0.5), (4, 0.5), (5, 1.0), (6, 1.0))]
+    _write(root / "grpo" / "on" / "logs" / "train.csv", "\n".join([header, *on]) + "\n")
+    _write(root / "grpo" / "off" / "logs" / "train.csv", "\n".join([header, *off]) + "\n")
+    panels = tuple(
+        plots.Panel(p.log, p.x, p.y, p.ylabel, p.title, p.audit, 2 if p.window else 0) for p in plots.GRPO_PANELS
+    )
+    monkeypatch.setattr(plots, "GRPO_PANELS", panels)
+    plots.grpo_figures(root, tmp_path / "figures", {"on": {}, "off": {"loss_type": "grpo_clip"}})
+    reward = next(ax for ax in figures["grpo.png"].axes if ax.get_title().startswith("training reward"))
+    lines = {line.get_label(): line for line in reward.get_lines()}
+    # each GRPO step's value once (the off-policy run's two optimizer steps share it), x its last optimizer step
+    assert list(lines["on"].get_xdata()) == [1, 2, 3] and list(lines["off"].get_xdata()) == [2, 4, 6]
+    for line in lines.values():  # running means over the last 2 steps: 0, (0 + 0.5)/2, (0.5 + 1)/2
+        assert list(line.get_ydata()) == pytest.approx([0.0, 0.25, 0.75])
+    from matplotlib.collections import FillBetweenPolyCollection, PathCollection
+
+    bands = [c for c in reward.collections if isinstance(c, FillBetweenPolyCollection)]
+    assert len(bands) == 2  # one per run; the half width at step 2: t(1) 12.706 x sd 0.35355 / sqrt 2 = 3.1765
+    top = max(v[1] for v in bands[0].get_paths()[0].vertices)
+    assert top == pytest.approx(0.75 + 3.1765, abs=1e-3)
+    dots = [c for c in reward.collections if isinstance(c, PathCollection)]
+    assert sorted(len(c.get_offsets()) for c in dots) == [3, 6]  # every logged step's own value, faint

@@ -17,6 +17,7 @@ from a5core.base.stats import (
     paired_test,
     pass_at_k,
     per_question,
+    t_interval,
     wilson,
 )
 from a5core.config.sections import EvalConfig
@@ -236,3 +237,12 @@ def test_two_samples_make_no_grader_call_for_the_vote():
     for pair in (("0.5", "1/2"), ("2", "1/2"), ("1/2", "2")):
         samples = [sample(j, a, float(a == "2")) for j, a in enumerate(pair)]
         assert at_k_scores(samples, 2, never)["maj@2"] == at_k_scores(samples, 2)["maj@2"]
+
+
+def test_t_interval_by_hand():
+    # [0, 0.5, 1]: mean 0.5, sd 0.5, t(2) 4.303: half 4.303 x 0.5 / sqrt 3 = 1.24217
+    m, lo, hi = t_interval([0.0, 0.5, 1.0])
+    assert m == 0.5 and (lo, hi) == pytest.approx((0.5 - 1.24217, 0.5 + 1.24217), abs=1e-5)
+    assert t_interval([0.3]) == (0.3, 0.3, 0.3)  # one value: no spread to measure
+    half = t_interval([0.0, 1.0] * 20)[2] - 0.5  # 40 values, beyond the table: the normal quantile
+    assert half == pytest.approx(1.959964 * math.sqrt(10 / 39) / math.sqrt(40), abs=1e-6)

@@ -12,6 +12,7 @@ The bootstrap is seeded, so the same scores always give the same interval. `pair
 and `holm` corrects a family of them (tools/ablations.py). `min_detectable_difference` is the smallest paired
 difference a protocol resolves (a rough power calculation: the protocols' documentation and `python -m tools.power`).
 `pass_at_k` and `majority_index` score one question's k samples (pass@k, maj@k; a5core.run.evaluation.at_k_scores).
+`t_interval` is the mean of a few values with Student's t interval (a training curve's running mean over steps).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from collections import Counter
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 N_BOOTSTRAP = 4000
+# Student's t two-sided 95% quantiles t_{0.975, df}, df = 1..30 (NIST/SEMATECH e-Handbook, table 1.3.6.7.2)
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+T95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 def mean(xs) -> float:
@@ -41,6 +45,17 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     lo = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact ends: no rounding residue at 0/n or n/n
     hi = 1.0 if successes >= n else min(1.0, centre + half)
     return (lo, hi)
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, 95% lo, 95% hi) of a few independent values by Student's t: mean -+ t * sd / sqrt(n); one value gives a
+    zero-width interval (no spread to measure), more than 31 the normal quantile's (within 4% of t's)."""
+    n, m = len(values), mean(values)
+    if n < 2:
+        return (m, m, m)
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    half = (T95[n - 2] if n - 1 <= len(T95) else Z95) * sd / math.sqrt(n)
+    return (m, m - half, m + half)
 
 
 def _resampled_means(values: list[float], seed: int, n_boot: int) -> list[float]:

@@ -7,6 +7,8 @@ filled marker where the whole validation set was scored (the start and the end),
 subset was (`eval_examples` questions: another, smaller question set, so its band is wider); the legend names both.
 Bands are the 95% intervals each evaluation recorded, light, with an edge of the run's colour, so overlapping bands
 stay apart; a figure of more than `BANDS_UP_TO` runs (GRPO's overview of a large grid) leaves them to its ablations.
+GRPO's training reward is drawn per step (faint dots) and as a running mean over the last `REWARD_WINDOW` GRPO steps
+with the 95% t interval of those steps' values (`running_mean`): a step's handful of groups is mostly noise.
 
 Every run keeps one style (colour and marker, and from a family's 13th run on a line style; `run_styles`) in every
 panel and figure of a `make_plots` call; its seed replicates (a5core.report.replicates) are thin lines of its colour,
@@ -38,6 +40,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
 from a5core.base.run_record import record_dir  # noqa: E402
+from a5core.base.stats import t_interval  # noqa: E402
 from a5core.run.history import read_log, read_rows, write_csv  # noqa: E402
 
 ACCURACY = "validation accuracy (fraction correct)"
@@ -47,6 +50,8 @@ XLABELS = {"step": "optimizer step", "round": "EI round (0 = starting policy)", 
 PALETTE = tuple(to_hex(c) for c in (*matplotlib.colormaps["tab10"].colors, "#000000", "#c51b7d"))  # 12 colours
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
 LINESTYLES = ("-", "--", ":", "-.")
+REWARD_WINDOW = 5  # GRPO steps in the training reward's running mean: one step's few groups are mostly noise
+REWARD_TITLE = f"training reward (mean of the last {REWARD_WINDOW} steps)"
 MARKED = 10  # a curve with more points than this is drawn without markers (dense training curves)
 BAND_ALPHA = 0.1
 BANDS_UP_TO = 6  # a figure of more runs draws no bands (they would cover each other): its ablation figures have them
@@ -82,6 +87,7 @@ class Panel:
     ylabel: str
     title: str
     audit: bool = False  # a grader-audit share: drawn only when some run's is non-zero
+    window: int = 0  # > 0: a running mean over the last `window` GRPO steps, with its 95% band (`running_mean`)
 
 
 GRPO_PANELS = (
@@ -90,7 +96,7 @@ GRPO_PANELS = (
     Panel("train", "step", "train/entropy", ENTROPY, "response entropy"),
     Panel("train", "step", "rollout/response_tokens", "mean response length (tokens)", "response length"),
     Panel("train", "step", "train/grad_norm", "gradient L2 norm, before clipping", "gradient norm"),
-    Panel("train", "step", "rollout/reward", "mean reward per rollout response", "training reward"),
+    Panel("train", "step", "rollout/reward", "mean reward per rollout response", REWARD_TITLE, window=REWARD_WINDOW),
     Panel("train", "step", "rollout/audit_unconfirmed", AUDIT, "rollouts paid, refused by an auditor", True),
     Panel("train", "step", "rollout/audit_vs_math_verify", AUDIT, "rollouts: our grader vs math-verify", True),
     Panel("eval", "step", "eval/audit_unconfirmed", AUDIT, "validation paid, refused by an auditor", True),
@@ -155,6 +161,21 @@ def _curve(ax, rows: list[dict], x: str, y: str, style: Style, label: str | None
     lo, hi = [r.get(f"{y}_lo") for r in pts], [r.get(f"{y}_hi") for r in pts]
     if band and all(map(_is_num, lo + hi)):
         ax.fill_between(xs, lo, hi, facecolor=to_rgba(style.color, BAND_ALPHA), edgecolor=style.color, lw=0.6)
+
+
+def running_mean(rows: list[dict], x: str, y: str, window: int) -> list[dict]:
+    """`y` per GRPO step (an off-policy run logs several optimizer steps per rollout batch, each with its batch's
+    `y`: its last one stands for it) as a running mean over the last `window` steps: rows of `x`, `y` and the mean's
+    95% Student's t interval `y_lo`, `y_hi` from the spread of those steps' values (a5core.base.stats.t_interval)."""
+    per_step: dict = {}
+    for r in _points(rows, x, y):
+        per_step[r.get("count/grpo_step", r[x])] = r
+    steps = list(per_step.values())
+    out = []
+    for i, r in enumerate(steps):
+        m, lo, hi = t_interval([p[y] for p in steps[max(0, i + 1 - window) : i + 1]])
+        out.append({x: r[x], y: m, f"{y}_lo": lo, f"{y}_hi": hi})
+    return out
 
 
 def _axes(ax, xlabel: str, ylabel: str, title: str, x: str = "step") -> None:
@@ -283,7 +304,12 @@ def panel_figure(
     axes = list(getattr(axes, "flat", [axes]))
     for ax, p in zip(axes, shown):
         for k, logs in runs.items():
-            _curve(ax, logs.get(p.log, []), p.x, p.y, styles[k], k, band=bands and p.y == "eval/accuracy")
+            rows = logs.get(p.log, [])
+            if p.window:  # each step's own value, faint, under the running mean
+                pts = _points(rows, p.x, p.y)
+                ax.scatter([r[p.x] for r in pts], [r[p.y] for r in pts], s=6, color=styles[k].color, alpha=0.35)
+                rows = running_mean(rows, p.x, p.y, p.window)
+            _curve(ax, rows, p.x, p.y, styles[k], k, band=bands and (p.y == "eval/accuracy" or p.window > 0))
             for rep in replicas.get(k, ()):
                 _curve(ax, rep.get(p.log, []), p.x, p.y, styles[k], None)
         _axes(ax, XLABELS[p.x], p.ylabel, p.title, "real" if p.x == "perf/wall_s" else "step")
