@@ -407,15 +407,26 @@ def test_the_training_reward_is_a_running_mean_over_grpo_steps_with_its_t_band(t
     plots.grpo_figures(root, tmp_path / "figures", {"on": {}, "off": {"loss_type": "grpo_clip"}})
     reward = next(ax for ax in figures["grpo.png"].axes if ax.get_title().startswith("training reward"))
     lines = {line.get_label(): line for line in reward.get_lines()}
-    # each GRPO step's value once (the off-policy run's two optimizer steps share it), x its last optimizer step
-    assert list(lines["on"].get_xdata()) == [1, 2, 3] and list(lines["off"].get_xdata()) == [2, 4, 6]
-    for line in lines.values():  # running means over the last 2 steps: 0, (0 + 0.5)/2, (0.5 + 1)/2
-        assert list(line.get_ydata()) == pytest.approx([0.0, 0.25, 0.75])
+    # each GRPO step's value once (the off-policy run's two optimizer steps share it), x its last optimizer step;
+    # from the first full window on
+    assert list(lines["on"].get_xdata()) == [2, 3] and list(lines["off"].get_xdata()) == [4, 6]
+    for line in lines.values():  # running means over the last 2 steps: (0 + 0.5)/2, (0.5 + 1)/2
+        assert list(line.get_ydata()) == pytest.approx([0.25, 0.75])
     from matplotlib.collections import FillBetweenPolyCollection, PathCollection
 
     bands = [c for c in reward.collections if isinstance(c, FillBetweenPolyCollection)]
-    assert len(bands) == 2  # one per run; the half width at step 2: t(1) 12.706 x sd 0.35355 / sqrt 2 = 3.1765
+    assert len(bands) == 2  # one per run; the half width at step 3: t(1) 12.706 x sd 0.35355 / sqrt 2 = 3.1765
     top = max(v[1] for v in bands[0].get_paths()[0].vertices)
     assert top == pytest.approx(0.75 + 3.1765, abs=1e-3)
     dots = [c for c in reward.collections if isinstance(c, PathCollection)]
     assert sorted(len(c.get_offsets()) for c in dots) == [3, 6]  # every logged step's own value, faint
+
+
+def test_a_run_shorter_than_the_window_gets_one_mean_over_all_its_steps():
+    from a5core.report.plots import running_mean
+
+    rows = [{"step": s, "rollout/reward": r} for s, r in ((1, 0.0), (2, 0.5), (3, 1.0))]
+    (row,) = running_mean(rows, "step", "rollout/reward", 5)
+    # mean 0.5, sd 0.5, t(2) 4.303: half 4.303 x 0.5 / sqrt 3 = 1.24217
+    assert row["step"] == 3 and row["rollout/reward"] == 0.5
+    assert row["rollout/reward_hi"] == pytest.approx(0.5 + 1.24217, abs=1e-5)

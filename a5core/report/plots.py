@@ -165,16 +165,18 @@ def _curve(ax, rows: list[dict], x: str, y: str, style: Style, label: str | None
 
 def running_mean(rows: list[dict], x: str, y: str, window: int) -> list[dict]:
     """`y` per GRPO step (an off-policy run logs several optimizer steps per rollout batch, each with its batch's
-    `y`: its last one stands for it) as a running mean over the last `window` steps: rows of `x`, `y` and the mean's
-    95% Student's t interval `y_lo`, `y_hi` from the spread of those steps' values (a5core.base.stats.t_interval)."""
+    `y`: its last one stands for it) as a running mean over the last `window` steps, from the first full window on:
+    rows of `x`, `y` and the mean's 95% Student's t interval `y_lo`, `y_hi` from the spread of those steps' values
+    (a5core.base.stats.t_interval)."""
     per_step: dict = {}
     for r in _points(rows, x, y):
         per_step[r.get("count/grpo_step", r[x])] = r
     steps = list(per_step.values())
+    full = min(window, len(steps))  # from the first full window on (a run shorter than one: over all its steps)
     out = []
-    for i, r in enumerate(steps):
-        m, lo, hi = t_interval([p[y] for p in steps[max(0, i + 1 - window) : i + 1]])
-        out.append({x: r[x], y: m, f"{y}_lo": lo, f"{y}_hi": hi})
+    for i in range(full - 1, len(steps)):
+        m, lo, hi = t_interval([p[y] for p in steps[i + 1 - full : i + 1]])
+        out.append({x: steps[i][x], y: m, f"{y}_lo": lo, f"{y}_hi": hi})
     return out
 
 
