@@ -40,14 +40,24 @@ SHAPES = {
         "train_batch_size": 16,
         "gradient_accumulation_steps": 1,
     },
+    "steps30_bf16_update": {"n_grpo_steps": 30},
 }
+# name -> fields of other sections it changes: bf16 autocast in the update (roofline.md: 1.41x a training micro-batch
+# here), float32 generation (autocast slows the hf backend's decoding: it recasts the weights at every step)
+OTHER_SECTIONS = {"steps30_bf16_update": {"model": {"autocast": "bf16"}, "generation": {"dtype": "float32"}}}
 
 
 def shape_params(base: dict, name: str) -> dict:
     grpo = {**base["grpo"], **ON_POLICY, **SHAPES[name]}
     if grpo["train_batch_size"] is None:
         grpo["train_batch_size"] = grpo["rollout_batch_size"]
-    return {**base, "grpo": grpo, "grpo_runs": {name: {}}}
+    other = {k: {**base[k], **v} for k, v in OTHER_SECTIONS.get(name, {}).items()}
+    return {**base, **other, "grpo": grpo, "grpo_runs": {name: {}}}
+
+
+def other_changes(name: str) -> dict:
+    """The shape's changes outside `grpo`, as "section.field": value."""
+    return {f"{k}.{f}": v for k, fields in OTHER_SECTIONS.get(name, {}).items() for f, v in fields.items()}
 
 
 def run_shape(base: dict, name: str, out: Path) -> dict:
@@ -72,7 +82,7 @@ def run_shape(base: dict, name: str, out: Path) -> dict:
     g = shape_params(base, name)["grpo"]
     return {
         "name": name,
-        "changes": SHAPES[name],
+        "changes": {**SHAPES[name], **other_changes(name)},
         "rollouts": g["n_grpo_steps"] * g["rollout_batch_size"],
         "accuracy": m["eval/accuracy"],
         "delta": m["eval/delta"],
