@@ -280,3 +280,33 @@ def test_bool_is_not_an_int_and_literal_needs_the_type():
         from_dict(GRPOConfig, {"n_grpo_steps": True}, "grpo")
     with pytest.raises(ConfigError, match="std_ddof"):
         from_dict(GRPOConfig, {"std_ddof": 2}, "grpo")
+
+
+# Numbers any value of their type serves: seeds are hashed into each draw's own (a5core.base.seeds.derive_seed)
+UNBOUNDED = {"seed", "seeds"}
+
+
+def test_every_numeric_field_of_every_section_has_a_range():
+    """Issue 64: a new int or float field without `Bound` (its range: Positive, NonNegative, ...) fails here, so an
+    out-of-range value is refused by check_params before any work instead of reaching the run."""
+    import dataclasses
+    import typing
+
+    from a5core.base.typed import Bound
+    from a5core.checks.params import SECTIONS
+
+    def bounded(hint) -> bool:
+        if typing.get_origin(hint) is typing.Annotated:
+            return any(isinstance(m, Bound) for m in hint.__metadata__)
+        args = [a for a in typing.get_args(hint) if a is not type(None) and a is not Ellipsis]
+        if args:  # Optional[...], tuple[...]: every member
+            return all(bounded(a) for a in args)
+        return hint not in (int, float)
+
+    missing = []
+    for name, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for field in dataclasses.fields(cls):
+            if field.name not in UNBOUNDED and not bounded(hints[field.name]):
+                missing.append(f"{name}.{field.name}")
+    assert missing == [], f"numeric fields without a range: {missing}"
