@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,95 @@ def test_threads_follow_the_cpus_the_process_may_use(monkeypatch):
         assert entry.usable_cores() == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+TORCHRUN_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+probe.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-06_13:50:38
+  host      : gpu07
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 19701)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 19701
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-06_13:50:38
+  host      : gpu08
+  rank      : 3 (local_rank: 1)
+{exitcode}
+============================================================
+"""
+
+
+@pytest.mark.parametrize(
+    ("fields", "cause"),
+    [
+        (
+            "  exitcode  : -9 (pid: 19702)  (SIGKILL)\n  error_file: <N/A>\n"
+            "  traceback : Signal 9 (SIGKILL) received by PID 19702",
+            "killed by SIGKILL",
+        ),
+        (
+            "  exitcode  : 1 (pid: 19725) \n  error_file: /tmp/e/error.json\n  traceback : Traceback (most recent "
+            'call last):\n    File "probe.py", line 6, in <module>\n      raise ValueError("boom")\n'
+            "  builtins.x.ValueError: boom\n  ",
+            "ValueError: boom",
+        ),
+        (
+            "  exitcode  : 1 (pid: 1) \n  error_file: /tmp/e/error.json\n  traceback : Traceback (most recent call "
+            "last):\n  a5core.stage.entry.StageFailed: error: grpo: lr 0 (fix it)",
+            "error: grpo: lr 0 (fix it)",
+        ),
+        (
+            "  exitcode  : 5 (pid: 1) \n  error_file: <N/A>\n"
+            "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+            "exit code 5",
+        ),
+    ],
+)
+def test_the_failure_summary_gives_the_root_cause_s_host_rank_and_cause(fields, cause):
+    from a5core.stage.launch import RootCause
+
+    summary = RootCause()
+    for line in TORCHRUN_SUMMARY.replace("{exitcode}", fields).splitlines(keepends=True):
+        summary.feed(line)
+    assert summary.found == ("gpu08", "3", cause)  # the root cause's block, not the SIGTERMed rank's before it
+
+
+FAILING = """import os, signal, sys, time
+import torch.distributed as dist
+from a5core.stage import entry
+
+def main():
+    dist.init_process_group("gloo")
+    dist.barrier()  # mid-stage: both ranks past the rendezvous
+    if dist.get_rank() == 1:
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError("boom: rank 1's own error")
+    time.sleep(120)  # the other rank is busy: torchrun must stop it
+
+entry.run(main)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("how", "cause"), [("kill", "killed by SIGKILL"), ("raise", "ValueError: boom: rank 1's own")])
+def test_a_failed_rank_ends_the_stage_in_one_line_naming_its_rank_and_cause(tmp_path, how, cause):
+    params = tmp_path / "p.yaml"
+    params.write_text("distributed: {nproc: 2, nnodes: 1}\n")
+    (tmp_path / "failing.py").write_text(FAILING)
+    argv = [sys.executable, "-m", "a5core.stage.launch", str(tmp_path / "failing.py"), how, "--params", str(params)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode != 0 and time.monotonic() - t0 < 100  # the busy rank was stopped
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: failing.py failed on ") and f", rank 1: {cause}" in last, last
+    assert last.endswith("torchrun stopped the other ranks")
+    assert "Traceback" in done.stderr  # the tracebacks stay, above the line

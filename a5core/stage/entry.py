@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import torch
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
 from a5core.base.errors import ProjectError
 from a5core.base.records import read_rows
@@ -68,19 +69,43 @@ def run(main: Callable[[], None]) -> None:
     except ProjectError as err:
         hint = err.hint
         text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
-        sys.exit(f"error: {text} ({hint})")
+        _fail(f"error: {text} ({hint})")
     except KeyboardInterrupt as err:
         print(interrupted_line(str(err.args[0]) if err.args else ""), file=sys.stderr, flush=True)
         sys.exit(130)
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            _record_for_torchrun(err)
             raise
         where = f" writing {err.filename}" if err.filename else ""
-        sys.exit(
+        _fail(
             f"error: the disk is full{where} ({os.strerror(err.errno)}). Free space (`dvc gc --workspace` drops cached "
             f"models no branch uses; scratch/ of finished runs) and rerun the same command: a training stage continues "
             "from its last checkpoint"
         )
+    except Exception as err:  # its traceback stays; under torchrun its last line names it too
+        _record_for_torchrun(err)
+        raise
+
+
+class StageFailed(Exception):
+    """A stage's one-line error, as a torchrun rank's error file records it (`_record_for_torchrun`)."""
+
+
+def _record_for_torchrun(err: BaseException) -> None:
+    """Under torchrun, `err` into this rank's error file (TORCHELASTIC_ERROR_FILE, what torch's `@record` writes):
+    torchrun's failure summary then shows it, and the launcher's last line names it (a5core.stage.launch)."""
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        ErrorHandler().record_exception(err)
+
+
+def _fail(line: str) -> NoReturn:
+    """Exit 1 with the one `line` (recorded for torchrun's summary too: torch writes the exception being handled)."""
+    try:
+        raise StageFailed(line) from None
+    except StageFailed as err:
+        _record_for_torchrun(err)
+    sys.exit(line)
 
 
 def interrupted_line(where: str) -> str:

@@ -3,11 +3,13 @@
 - One process on one node (`nproc: 1`, `nnodes: 1`): the script replaces this process (os.execv), exactly the
   command without the launcher: today's single-process path.
 - Otherwise torchrun (`python -m torch.distributed.run`): `--nproc-per-node nproc --nnodes nnodes`, c10d rendezvous
-  at the `Placement`'s endpoint (port 0 on one node: any free port).
+  at the `Placement`'s endpoint (port 0 on one node: any free port). When a rank fails, the last line names its host,
+  rank and cause (the signal's name, or its error) from torchrun's failure summary (`RootCause`), under the tracebacks.
 - Several nodes in a SLURM allocation (`SLURM_JOB_ID`, more than one node; node 0 runs `dvc repro` in the batch
   script): `srun` starts one torchrun per node (`--kill-on-bad-exit`: a rank that fails on any node stops every node's
   ranks), meeting at this node on a free port, with a rendezvous id per job and stage, as torchtitan's multi-node
-  script does; the stage then fails with one line naming the node that failed (from srun's own error line).
+  script does; the stage then fails with one line naming the node that failed (from srun's own error line) and the rank
+  and cause (from that node's torchrun summary).
 - Several nodes without a scheduler: node 0's launcher starts the same command on each host of A5_HOSTS over `ssh`
   (DeepSpeed's launcher does the same; $A5_REMOTE_SHELL replaces `ssh -o BatchMode=yes`), in the same directory with
   the same interpreter, so every node must see the repository and the environment at the same paths. The first node
@@ -20,6 +22,7 @@ a killed stage resumes there.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import re
@@ -29,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,25 +182,114 @@ def fan_out(hosts: tuple[str, ...], argv: list[str]) -> int:
 
 
 SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")
+ROOT_CAUSE = "Root Cause (first observed failure):"  # torchrun's failure summary: this block names the first failure
+FIELD = re.compile(r"\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)")
+
+
+def failure_cause(exitcode: str, traceback: list[str]) -> str:
+    """What ended a failed rank, from torchrun's `exitcode` and `traceback` fields: the signal that killed it, else
+    its error (the last line of the traceback its error file recorded: a5core.stage.entry writes one), else its exit
+    code."""
+    found = re.match(r"\s*(-?\d+)", exitcode)
+    code = int(found.group(1)) if found else None
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    lines = [line.strip() for line in traceback if line.strip()]
+    if lines and not lines[-1].startswith("To enable traceback"):  # torchrun's text when no error file was written
+        error = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", lines[-1])  # `pkg.mod.ValueError: x` -> `ValueError: x`
+        return error.removeprefix("StageFailed: ")  # a5core.stage.entry's one line, as it is
+    return f"exit code {code}" if code is not None else "no exit code reported"
+
+
+class RootCause:
+    """Reads torchrun's stderr line by line (`feed`) for its failure summary's root-cause block: `found` is then
+    (host, rank, cause), the first block's."""
+
+    def __init__(self) -> None:
+        self.inside, self.key, self.fields, self.found = False, "", {}, None
+
+    def feed(self, line: str) -> None:
+        text = line.rstrip("\n")
+        if self.found:
+            return
+        if text.strip() == ROOT_CAUSE:
+            self.inside, self.fields = True, {}
+            return
+        if not self.inside:
+            return
+        if text.startswith("====="):  # the summary's last line
+            cause = failure_cause(self.fields.get("exitcode", [""])[0], self.fields.get("traceback", []))
+            rank = self.fields.get("rank", [""])[0].split(" (")[0]
+            self.found, self.inside = (self.fields.get("host", [""])[0], rank, cause), False
+            return
+        field = FIELD.match(text)
+        if field:
+            self.key = field.group(1)
+            self.fields[self.key] = [field.group(2)]
+        elif self.key:  # a traceback's further lines
+            self.fields[self.key].append(text)
+
+
+def pass_through(stream, feed: Callable[[str], None]) -> None:
+    """Copy a child's `stream` (its stderr, bytes) to ours as it comes, progress bars' carriage returns included, and
+    `feed` it each whole line."""
+    decode, pending = codecs.getincrementaldecoder("utf-8")(errors="replace").decode, ""
+    while chunk := os.read(stream.fileno(), 65536):
+        text = decode(chunk)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        *lines, pending = (pending + text).split("\n")
+        for line in lines:
+            feed(line + "\n")
+    if pending:
+        feed(pending)
+
+
+def run_torchrun(argv: list[str], stage: str) -> int:
+    """Run torchrun on this node, its stderr passed through; SIGTERM is passed on (torchrun stops its ranks), a
+    terminal's SIGINT reaches it directly. When it fails: one last line naming the host, the rank and the cause from
+    torchrun's own summary (the signal's name, or the rank's error), under the tracebacks."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sent it to torchrun too: wait for its end
+    summary = RootCause()
+    pass_through(proc.stderr, summary.feed)
+    code = proc.wait()
+    if code:
+        if summary.found:
+            host, rank, cause = summary.found
+            where = f"on {host}, rank {rank}: {cause}"
+        else:
+            where = f"(torchrun exited with {code})"
+        sys.stderr.write(f"error: {stage} failed {where}; torchrun stopped the other ranks\n")
+    return code
 
 
 def run_srun(argv: list[str], stage: str) -> int:
     """Run srun, passing its output through and SIGTERM/SIGINT on to it (srun signals every task); when it fails, one
     line naming the node whose rank failed first (srun's first "srun: error: <node>: task <k>: ..." line)."""
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
     # srun ends a step on SIGTERM; a single SIGINT only makes it print the tasks' status (it wants two in a second)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: proc.send_signal(signal.SIGTERM))
-    failures = []
-    for line in proc.stderr:
-        sys.stderr.write(line)
+    failures, summary = [], RootCause()  # srun's error lines; the failed node's torchrun summary
+
+    def feed(line: str) -> None:
+        summary.feed(line)
         found = SRUN_ERROR.match(line.strip())
         if found:
             failures.append(found.groups())
+
+    pass_through(proc.stderr, feed)
     code = proc.wait()
     if code:  # srun's first error line: the task that failed first (the others were stopped after it)
         first = failures[0] if failures else None
         where = f"on node {first[0]} (task {first[1]}: {first[2]})" if first else f"(srun exited with {code})"
+        if first and summary.found:  # the node from srun, the rank and the cause from that node's torchrun
+            where = f"on node {first[0]}, rank {summary.found[1]}: {summary.found[2]}"
         sys.stderr.write(f"error: {stage} failed {where}; srun stopped every node's ranks\n")
     return code
 
@@ -228,7 +320,9 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     if where.hosts and FOLLOWER not in os.environ:
         sys.exit(fan_out(where.hosts, argv_out))
-    os.execv(argv_out[0], argv_out)
+    if cfg.nproc * cfg.nnodes == 1:
+        os.execv(argv_out[0], argv_out)
+    sys.exit(run_torchrun(argv_out, Path(script[0]).name))
 
 
 if __name__ == "__main__":
