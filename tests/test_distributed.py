@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -351,3 +352,23 @@ def test_a_failed_rank_ends_the_stage_in_one_line_naming_its_rank_and_cause(tmp_
     assert last.startswith("error: failing.py failed on ") and f", rank 1: {cause}" in last, last
     assert last.endswith("torchrun stopped the other ranks")
     assert "Traceback" in done.stderr  # the tracebacks stay, above the line
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_ends_with_130_and_no_failure_line(tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text("distributed: {nproc: 2, nnodes: 1}\n")
+    (tmp_path / "busy.py").write_text(
+        "import time, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "open('ready', 'a').close()\ntime.sleep(120)\n"
+    )
+    argv = [sys.executable, "-m", "a5core.stage.launch", str(tmp_path / "busy.py"), "--params", str(params)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the launcher's group, torchrun in it
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "failed" not in (err.strip().splitlines() or [""])[-1]

@@ -250,14 +250,18 @@ def pass_through(stream, feed: Callable[[str], None]) -> None:
 
 def run_torchrun(argv: list[str], stage: str) -> int:
     """Run torchrun on this node, its stderr passed through; SIGTERM is passed on (torchrun stops its ranks), a
-    terminal's SIGINT reaches it directly. When it fails: one last line naming the host, the rank and the cause from
-    torchrun's own summary (the signal's name, or the rank's error), under the tracebacks."""
+    terminal's SIGINT reaches it directly (then exit 130, no failure line). When it fails: one last line naming the
+    host, the rank and the cause from torchrun's own summary (the signal's name, or the rank's error), under the
+    tracebacks."""
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    interrupted = []
     signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sent it to torchrun too: wait for its end
+    signal.signal(signal.SIGINT, lambda *_: interrupted.append(1))  # the terminal sent it to torchrun too: wait
     summary = RootCause()
     pass_through(proc.stderr, summary.feed)
     code = proc.wait()
+    if interrupted:  # the ranks said where they stopped ("interrupted: ..."); nothing failed
+        return 130
     if code:
         if summary.found:
             host, rank, cause = summary.found
