@@ -62,7 +62,7 @@ def run(main: Callable[[], None]) -> None:
     stage, how far it got (a training stage says its optimizer step) and the command that resumes it; a params file
     holding other values than the stage ran with (`pin_params` in `args`) exits 1 after `main` returned; a full disk
     (ENOSPC, EDQUOT) exits 1 with one line naming the file and what to free; any other exception keeps its
-    traceback."""
+    traceback. Under torchrun each error is also written to the rank's error file, for the launcher's last line."""
     try:
         main()
         check_pinned_params()  # params.yaml holds other values than the stage ran with: fail, DVC records nothing
