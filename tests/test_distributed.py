@@ -304,6 +304,13 @@ Root Cause (first observed failure):
             "last):\n  a5core.stage.entry.StageFailed: error: grpo: lr 0 (fix it)",
             "error: grpo: lr 0 (fix it)",
         ),
+        (  # a CUDA error: notes below the exception line; a frame's code line that looks like a field
+            "  exitcode  : 1 (pid: 1) \n  error_file: /tmp/e/error.json\n  traceback : Traceback (most recent "
+            'call last):\n    File "grpo.py", line 3, in step\n      rank: int = 3\n'
+            "  torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+            "  Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n  ",
+            "AcceleratorError: CUDA error: an illegal memory access was encountered",
+        ),
         (
             "  exitcode  : 5 (pid: 1) \n  error_file: <N/A>\n"
             "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
@@ -355,7 +362,10 @@ def test_a_failed_rank_ends_the_stage_in_one_line_naming_its_rank_and_cause(tmp_
 
 
 @pytest.mark.slow
-def test_ctrl_c_under_torchrun_ends_with_130_and_no_failure_line(tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_from_outside_ends_with_its_code_and_no_failure_line(tmp_path, sig, code):
+    """Ctrl-C (SIGINT to the launcher's group, as a terminal sends it) and scancel or a time limit (SIGTERM to the
+    launcher, which passes it on to torchrun)."""
     params = tmp_path / "p.yaml"
     params.write_text("distributed: {nproc: 2, nnodes: 1}\n")
     (tmp_path / "busy.py").write_text(
@@ -368,7 +378,23 @@ def test_ctrl_c_under_torchrun_ends_with_130_and_no_failure_line(tmp_path):
     deadline = time.monotonic() + 120
     while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the launcher's group, torchrun in it
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C sends: the launcher's group, torchrun in it
+    else:
+        proc.send_signal(sig)  # the launcher alone
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     assert "failed" not in (err.strip().splitlines() or [""])[-1]
+
+
+def test_an_error_file_that_cannot_be_written_does_not_replace_the_error(monkeypatch, tmp_path):
+    from a5core.stage import entry
+
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "missing" / "error.json"))  # as on a full disk
+    entry._record_for_torchrun(ValueError("boom"))  # no OSError out of it
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    try:
+        raise ValueError("boom")
+    except ValueError as err:
+        entry._record_for_torchrun(err)
+    assert json.loads((tmp_path / "error.json").read_text())["message"]["message"] == "ValueError: boom"

@@ -430,3 +430,4 @@ def test_a_run_shorter_than_the_window_gets_one_mean_over_all_its_steps():
     # mean 0.5, sd 0.5, t(2) 4.303: half 4.303 x 0.5 / sqrt 3 = 1.24217
     assert row["step"] == 3 and row["rollout/reward"] == 0.5
     assert row["rollout/reward_hi"] == pytest.approx(0.5 + 1.24217, abs=1e-5)
+    assert running_mean([], "step", "rollout/reward", 5) == []  # a run that logged no reward yet

@@ -54,7 +54,7 @@ def test_notes_name_the_unread_changes_and_whether_they_alone_rerun_the_stage():
     params = {"grpo": {**grpo, "cliprange": 0.3}, "grpo_runs": runs, "validation": {"samples_per_example": 2}}
     (note,) = unread_notes(params, lock)  # the clipped run reads cliprange: no note for it
     assert note.startswith("note: grpo@plain does not read grpo.cliprange (null -> 0.3: loss_type")
-    assert note.endswith("so it reruns to the same training")
+    assert note.endswith("so, its code and data unchanged, it reruns to the same training")
     params["grpo"]["lr"] = 3e-6  # a field it reads changed too
     assert unread_notes(params, lock)[0].endswith("its other changes rerun it")
     params["grpo"]["lr"] = 1e-5
@@ -91,7 +91,7 @@ def test_the_check_params_stage_prints_the_note_from_the_recorded_lock(tmp_path)
     notes = [line for line in out.stdout.splitlines() if line.startswith("note: ")]
     # smoke's runs: reinforce_baseline and no_baseline do not clip; clip_offpolicy (grpo_clip) reads it
     assert [n.split()[1] for n in notes] == ["grpo@reinforce_baseline", "grpo@no_baseline"], out.stdout
-    assert all("so it reruns to the same training" in n for n in notes)
+    assert all("so, its code and data unchanged, it reruns to the same training" in n for n in notes)
     cmd[cmd.index("--params") + 1] = str(tmp_path / "params.yaml")  # the recorded values: no note
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "note: " not in out.stdout

@@ -19,10 +19,15 @@ from a5core.base.typed import from_dict
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import CLIPPED_LOSSES
 
+# the built-in losses that ignore `cliprange` (a5core/rl/losses.py's PG_LOSSES less CLIPPED_LOSSES); a loss added
+# with register_pg_loss receives it and may read it
+UNCLIPPED_LOSSES = {"no_baseline", "reinforce_with_baseline", "grpo_no_clip"}
+
 
 def _cliprange(cfg: GRPOConfig) -> str | None:
-    clipped = ", ".join(sorted(CLIPPED_LOSSES))
-    return None if cfg.loss_type in CLIPPED_LOSSES else f"loss_type {cfg.loss_type} does not clip (only {clipped})"
+    if cfg.loss_type not in UNCLIPPED_LOSSES:
+        return None
+    return f"loss_type {cfg.loss_type} does not clip (only {', '.join(sorted(CLIPPED_LOSSES))})"
 
 
 def _kl(cfg: GRPOConfig) -> str | None:
@@ -106,6 +111,8 @@ def unread_notes(params: dict[str, Any], lock: dict[str, Any]) -> list[str]:
         others = [k for k in locked if not k.startswith("grpo") and _lookup(params, k) != locked[k]]
         what = "; ".join(f"grpo.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
         alone = len(idle) == len(changed) and not others
-        tail = "so it reruns to the same training" if alone else "its other changes rerun it"
+        tail = (
+            "so, its code and data unchanged, it reruns to the same training" if alone else "its other changes rerun it"
+        )
         notes.append(f"note: {stage} does not read {what}; {tail}")
     return notes

@@ -172,6 +172,8 @@ def running_mean(rows: list[dict], x: str, y: str, window: int) -> list[dict]:
     for r in _points(rows, x, y):
         per_step[r.get("count/grpo_step", r[x])] = r
     steps = list(per_step.values())
+    if not steps:
+        return []
     full = min(window, len(steps))  # from the first full window on (a run shorter than one: over all its steps)
     out = []
     for i in range(full - 1, len(steps)):
@@ -313,7 +315,10 @@ def panel_figure(
                 rows = running_mean(rows, p.x, p.y, p.window)
             _curve(ax, rows, p.x, p.y, styles[k], k, band=bands and (p.y == "eval/accuracy" or p.window > 0))
             for rep in replicas.get(k, ()):
-                _curve(ax, rep.get(p.log, []), p.x, p.y, styles[k], None)
+                rep_rows = rep.get(p.log, [])
+                _curve(
+                    ax, running_mean(rep_rows, p.x, p.y, p.window) if p.window else rep_rows, p.x, p.y, styles[k], None
+                )
         _axes(ax, XLABELS[p.x], p.ylabel, p.title, "real" if p.x == "perf/wall_s" else "step")
         if p.audit:
             _share_axis(ax)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import errno
 import logging
 import os
@@ -96,7 +97,8 @@ def _record_for_torchrun(err: BaseException) -> None:
     """Under torchrun, `err` into this rank's error file (TORCHELASTIC_ERROR_FILE, what torch's `@record` writes):
     torchrun's failure summary then shows it, and the launcher's last line names it (a5core.stage.launch)."""
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        ErrorHandler().record_exception(err)
+        with contextlib.suppress(OSError):  # a full disk must not replace the error it is recording
+            ErrorHandler().record_exception(err)
 
 
 def _fail(line: str) -> NoReturn:

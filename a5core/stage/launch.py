@@ -197,11 +197,22 @@ def failure_cause(exitcode: str, traceback: list[str]) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    lines = [line.strip() for line in traceback if line.strip()]
-    if lines and not lines[-1].startswith("To enable traceback"):  # torchrun's text when no error file was written
-        error = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", lines[-1])  # `pkg.mod.ValueError: x` -> `ValueError: x`
+    error = exception_line(traceback)
+    if error and not error.startswith("To enable traceback"):  # torchrun's text when no error file was written
+        error = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", error)  # `pkg.mod.ValueError: x` -> `ValueError: x`
         return error.removeprefix("StageFailed: ")  # a5core.stage.entry's one line, as it is
     return f"exit code {code}" if code is not None else "no exit code reported"
+
+
+def exception_line(traceback: list[str]) -> str:
+    """The exception's own first line in a traceback as torchrun's summary indents it (frames at 4 spaces, their code
+    at 6, the exception at 2): the first line after the last frame, not a note printed below it (CUDA's "Compile with
+    TORCH_USE_CUDA_DSA ..."); with no frame, the first line."""
+    lines = [line for line in traceback if line.strip() and not line.strip().startswith("Traceback (most recent")]
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    rest = lines[frames[-1] + 1 :] if frames else lines
+    rest = [line for line in rest if len(line) - len(line.lstrip()) < 6] if frames else rest  # the frame's code
+    return rest[0].strip() if rest else ""
 
 
 class RootCause:
@@ -216,7 +227,7 @@ class RootCause:
         if self.found:
             return
         if text.strip() == ROOT_CAUSE:
-            self.inside, self.fields = True, {}
+            self.inside, self.key, self.fields = True, "", {}
             return
         if not self.inside:
             return
@@ -225,7 +236,7 @@ class RootCause:
             rank = self.fields.get("rank", [""])[0].split(" (")[0]
             self.found, self.inside = (self.fields.get("host", [""])[0], rank, cause), False
             return
-        field = FIELD.match(text)
+        field = FIELD.match(text) if self.key != "traceback" else None  # the last field: the rest is its text
         if field:
             self.key = field.group(1)
             self.fields[self.key] = [field.group(2)]
@@ -237,31 +248,44 @@ def pass_through(stream, feed: Callable[[str], None]) -> None:
     """Copy a child's `stream` (its stderr, bytes) to ours as it comes, progress bars' carriage returns included, and
     `feed` it each whole line."""
     decode, pending = codecs.getincrementaldecoder("utf-8")(errors="replace").decode, ""
+    out = getattr(sys.stderr, "buffer", None)  # the bytes as they came (a replaced stderr takes text)
     while chunk := os.read(stream.fileno(), 65536):
-        text = decode(chunk)
-        sys.stderr.write(text)
-        sys.stderr.flush()
-        *lines, pending = (pending + text).split("\n")
+        if out is not None:
+            sys.stderr.flush()
+            out.write(chunk)
+            out.flush()
+        else:
+            sys.stderr.write(chunk.decode(errors="replace"))
+            sys.stderr.flush()
+        *lines, pending = (pending + decode(chunk)).split("\n")
+        pending = pending[-65536:]  # a line of carriage returns only (a progress bar) is not kept whole
         for line in lines:
             feed(line + "\n")
+    pending += decode(b"", final=True)
     if pending:
         feed(pending)
 
 
 def run_torchrun(argv: list[str], stage: str) -> int:
     """Run torchrun on this node, its stderr passed through; SIGTERM is passed on (torchrun stops its ranks), a
-    terminal's SIGINT reaches it directly (then exit 130, no failure line). When it fails: one last line naming the
-    host, the rank and the cause from torchrun's own summary (the signal's name, or the rank's error), under the
-    tracebacks."""
+    terminal's SIGINT reaches it directly: either then exits 143 or 130, with no failure line. When it fails: one last
+    line naming the host, the rank and the cause from torchrun's own summary (the signal's name, or the rank's error),
+    under the tracebacks."""
+    signalled: list[int] = []
+    signal.signal(signal.SIGINT, lambda *_: signalled.append(130))  # the terminal sent it to torchrun too: wait
+    signal.signal(signal.SIGTERM, lambda *_: signalled.append(143))  # passed on below, once torchrun runs
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
-    interrupted = []
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, lambda *_: interrupted.append(1))  # the terminal sent it to torchrun too: wait
+    signal.signal(signal.SIGTERM, lambda *_: (signalled.append(143), proc.send_signal(signal.SIGTERM)))
+    if 143 in signalled:  # it came before torchrun started
+        proc.send_signal(signal.SIGTERM)
     summary = RootCause()
     pass_through(proc.stderr, summary.feed)
     code = proc.wait()
-    if interrupted:  # the ranks said where they stopped ("interrupted: ..."); nothing failed
-        return 130
+    if code and signalled:  # stopped from outside (Ctrl-C, scancel, a time limit): the ranks said where; no failure
+        return signalled[0]
+    if code < 0:  # torchrun itself killed by a signal: the shell's convention, 128 + its number
+        sys.stderr.write(f"error: {stage}: torchrun was killed by {signal.Signals(-code).name}\n")
+        return 128 - code
     if code:
         if summary.found:
             host, rank, cause = summary.found
