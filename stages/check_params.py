@@ -10,12 +10,9 @@ not read, and so rerun it for nothing (a5core/checks/unread.py). Its output is a
 because this one did.
 """
 
-from pathlib import Path
-
-from dvc.utils.serialize import load_yaml as load_lock  # dvc.lock as DVC reads it (YAML 1.2: `off` a string)
-
 from a5core.base.artifacts import write_json
 from a5core.base.typed import ConfigError
+from a5core.checks.forecast import read_lock
 from a5core.checks.params import check_params
 from a5core.checks.unread import unread_notes
 from a5core.stage import entry
@@ -27,8 +24,8 @@ def main() -> None:
         params = check_params(args.params)  # every section and every run name (it becomes a path)
     except ConfigError as err:
         entry.refuse(err, args.params)
-    if args.lock and Path(args.lock).is_file():  # what the last runs recorded: a GRPO change its run does not read
-        for line in unread_notes(params, load_lock(args.lock) or {}):
+    if args.lock:  # what the last runs recorded: a GRPO change its run does not read
+        for line in unread_notes(params, read_lock(args.lock)):
             print(line, flush=True)
     # these exact bytes since the first release: every stage is downstream of this file, so new text reruns the DAG
     write_json({"params": "passed a5core.config.check_params"}, args.out)

@@ -105,7 +105,7 @@ def records(where: Path, collected: Path = COLLECTED) -> dict[str, dict]:
     return found | {(r := read_run_record(path))["stage"]: r for path in sorted(where.rglob(RECORD_FILE))}
 
 
-def _locked(lock: dict, stage: str, params: dict) -> dict:
+def locked_params(lock: dict, stage: str, params: dict) -> dict:
     """The params a stage last ran with: dvc.lock's values of the params it lists (`grpo_runs.x`, `model.dtype` under
     dotted keys) over `params` (a section it does not list, e.g. `data`, reruns it only through its files)."""
     flat = ((lock.get("stages") or {}).get(stage) or {}).get("params", {}).get("params.yaml", {})
@@ -124,7 +124,7 @@ def _rates(params: dict, lock: dict, recorded: dict[str, dict], here: str) -> di
     rates: dict[tuple[str, bool], list[float]] = {}
     for stage, record in recorded.items():
         fam, run = family(stage)
-        work = WORK[fam](_locked(lock, stage, params), run) if fam in WORK else 0.0
+        work = WORK[fam](locked_params(lock, stage, params), run) if fam in WORK else 0.0
         if work:
             rates.setdefault((fam, machine_kind(record.get("machine", {})) == here), []).append(
                 record["duration_s"] / work
@@ -156,7 +156,7 @@ def forecast(stages: list[str], params: dict, lock: dict, recorded: dict[str, di
         scaled = False  # by this machine kind's speed (fixed-cost stages, without work, are not)
         if fam not in WORK:
             seconds, source = (record["duration_s"], "its last run") if record else (None, "no record")
-        elif record and (old := WORK[fam](_locked(lock, stage, params), run)):
+        elif record and (old := WORK[fam](locked_params(lock, stage, params), run)):
             scaled = other and factor is not None
             seconds = record["duration_s"] * WORK[fam](params, run) / old * (speed if scaled else 1.0)
             source = "its last run, scaled by work"

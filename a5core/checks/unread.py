@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from a5core.base.typed import from_dict
+from a5core.checks.forecast import locked_params
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import CLIPPED_LOSSES
 
@@ -76,18 +77,6 @@ def unread_fields(cfg: GRPOConfig) -> dict[str, str]:
     return {field: why for field, rule in UNREAD.items() if (why := rule(cfg))}
 
 
-def _locked_params(lock: dict, stage: str) -> dict[str, Any] | None:
-    """The params.yaml values dvc.lock recorded for `stage` (None: it has no record)."""
-    return ((lock.get("stages") or {}).get(stage) or {}).get("params", {}).get("params.yaml")
-
-
-def _lookup(params: dict, key: str) -> Any:
-    """A dvc.lock params key (a section, or `section.name` such as grpo_runs.<run>) in a params dict."""
-    section, _, rest = key.partition(".")
-    value = params.get(section)
-    return value.get(rest) if rest and isinstance(value, dict) else value
-
-
 def _show(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -98,17 +87,17 @@ def unread_notes(params: dict[str, Any], lock: dict[str, Any]) -> list[str]:
     notes = []
     for run, overrides in (params.get("grpo_runs") or {}).items():
         stage = f"grpo@{run}"
-        locked = _locked_params(lock, stage)
-        if not locked:
+        if stage not in (lock.get("stages") or {}):
             continue
-        old = {**(locked.get("grpo") or {}), **(locked.get(f"grpo_runs.{run}") or {})}
+        last = locked_params(lock, stage, params)  # the params it last ran with, as dvc.lock recorded them
+        old = {**(last.get("grpo") or {}), **((last.get("grpo_runs") or {}).get(run) or {})}
         new = {**params["grpo"], **(overrides or {})}
         unread = unread_fields(from_dict(GRPOConfig, new))
         changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
         idle = [k for k in changed if k in unread]
         if not idle:
             continue
-        others = [k for k in locked if not k.startswith("grpo") and _lookup(params, k) != locked[k]]
+        others = [k for k in last if not k.startswith("grpo") and last[k] != params.get(k)]
         what = "; ".join(f"grpo.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
         alone = len(idle) == len(changed) and not others
         tail = (
