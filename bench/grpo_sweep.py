@@ -43,7 +43,7 @@ SHAPES = {
     "steps30_bf16_update": {"n_grpo_steps": 30},
 }
 # name -> fields of other sections it changes: bf16 autocast in the update (roofline.md: 1.41x a training micro-batch
-# here), float32 generation (autocast slows the hf backend's decoding: it recasts the weights at every step)
+# here), float32 generation (autocast slowed the hf backend's decoding: it recast the weights at every step)
 OTHER_SECTIONS = {"steps30_bf16_update": {"model": {"autocast": "bf16"}, "generation": {"dtype": "float32"}}}
 
 

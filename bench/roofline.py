@@ -13,9 +13,12 @@
    questions x 2 samples), 64 new tokens at most, tokens/s; one training micro-batch (the rollouts' prompts and
    responses) forward and backward through a5's log-prob path (the shared prompt prefix computed once, as in
    training; the limit counts the rows computed), padded tokens/s. Each in float32 and under bf16 autocast,
-   and as a fraction of its limit; generation also with its batch occupancy (sequences stop early).
-4. Where the time goes: torch.profiler over one rollout generation and one micro-batch, by operator class, with the
-   share no operator accounts for (Python and the framework between operators).
+   generation also from bf16 weights (the backend's copy, `generation.dtype: bfloat16`), each as a fraction of its
+   limit; generation also with its batch occupancy (sequences stop early).
+   The numerics of generating in bf16: the sampled tokens' log-probs as the generating weights gave them, against the
+   float32 policy's on the same tokens (what GRPO trains with), for float32 and bf16-weight rollouts.
+4. Where the time goes: torch.profiler over one rollout generation (float32 and bf16 weights) and one micro-batch, by
+   operator class, with the share no operator accounts for (Python and the framework between operators).
 
 Writes <out>.json and <out>.md. Run it on a quiet machine: every ratio is within this one run, but a busy core
 slows the pieces unevenly.
@@ -96,14 +99,19 @@ def autocast(on: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
 
 
-def generation(model, tok, prompts: list[str], n: int, bf16: bool) -> dict:
-    """The hf backend on `prompts` x `n` samples in one batch: tokens/s, decode steps, occupancy."""
-    backend = HFBackend(model, tok, batch_size=len(prompts) * n, autocast_on=bf16)
+GENERATION = {"float32": False, "bf16 autocast": False, "bf16 weights": True}  # -> the backend's bf16 copy
+
+
+def generation(model, tok, prompts: list[str], n: int, precision: str) -> dict:
+    """The hf backend on `prompts` x `n` samples in one batch: tokens/s, decode steps, occupancy. `precision`: one of
+    GENERATION (bf16 autocast: the backend's float32 loop under the bench's own autocast; bf16 weights: its copy)."""
+    backend = HFBackend(model, tok, batch_size=len(prompts) * n, bf16=GENERATION[precision])
     sampling = SamplingConfig(max_tokens=64, min_tokens=0, n=n, seed=0)
-    backend.generate(prompts[:1], SamplingConfig(max_tokens=4, min_tokens=0), progress=False)  # warm-up
-    t = time.perf_counter()
-    out = backend.generate(prompts, sampling, progress=False)
-    seconds = time.perf_counter() - t
+    with autocast(precision == "bf16 autocast"):
+        backend.generate(prompts[:1], SamplingConfig(max_tokens=4, min_tokens=0), progress=False)  # warm-up
+        t = time.perf_counter()
+        out = backend.generate(prompts, sampling, progress=False)
+        seconds = time.perf_counter() - t
     lengths = [len(c.token_ids) for cs in out for c in cs]
     steps = max(lengths)
     return {
@@ -114,7 +122,19 @@ def generation(model, tok, prompts: list[str], n: int, bf16: bool) -> dict:
         "decode_steps": steps,
         "occupancy": sum(lengths) / (steps * len(lengths)),
         "completions": [(p, c.token_ids) for p, cs in zip(prompts, out) for c in cs],
+        "logprobs": [lp for cs in out for c in cs for lp in c.token_logprobs],
     }
+
+
+def logprob_gap(model, tok, g: dict) -> dict:
+    """The sampled tokens' log-probs as generation gave them against the float32 model's over the same tokens."""
+    batch = micro_batch(tok, g["completions"])
+    with torch.no_grad():
+        lp = get_response_log_probs(model, batch["input_ids"], batch["labels"])["log_probs"]  # (B, T)
+    train = lp[batch["response_mask"].bool()]  # (N,): row by row, each row's response in order
+    gap = (torch.tensor(g["logprobs"]) - train).abs()  # (N,)
+    return {"tokens": gap.numel(), "mean_abs": gap.mean().item(), "max_abs": gap.max().item(),
+            "over_0.1": (gap > 0.1).float().mean().item()}  # fmt: skip
 
 
 def micro_batch(tok, completions: list) -> dict:
@@ -200,11 +220,60 @@ def report(res: dict) -> str:
             f"| {w['name']} | {w['precision']} | {w['tokens_per_s']:.0f} | {w['limit_tokens_per_s']:.0f} "
             f"({w['products_tokens_per_s']:.0f} / {w['memory_tokens_per_s']:.0f}) | {w['fraction']:.2f} | {occ} |"
         )
-    lines += ["", "## Where the time goes (float32, torch.profiler, self CPU seconds)", ""]
+    lines += [
+        "",
+        "Memory limits count the weights the work reads: float32, or the bf16 copy (half the bytes) for bf16 weights.",
+        "",
+        "## Generating in bf16: the sampled tokens' log-probs against the float32 policy's",
+        "",
+        "The GRPO rollouts above, rescored by the float32 model (what training computes). |Δ| in nats per token.",
+        "",
+        "| rollouts from | tokens | mean abs Δ | max abs Δ | share of tokens with abs Δ > 0.1 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, g in res["logprob_gap"].items():
+        lines.append(f"| {name} | {g['tokens']} | {g['mean_abs']:.2g} | {g['max_abs']:.2g} | {g['over_0.1']:.3f} |")
+    lines += ["", "## Where the time goes (float32 unless named, torch.profiler, self CPU seconds)", ""]
     for name, prof in res["profile"].items():
         parts = ", ".join(f"{k} {v:.2f} s ({v / prof['wall_s']:.0%})" for k, v in prof["seconds"].items())
         lines += [f"- **{name}** ({prof['wall_s']:.2f} s): {parts}.", f"  Top operators: {prof['top']}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *what_stands_between(res)]) + "\n"
+
+
+def what_stands_between(res: dict) -> list[str]:
+    """From the profiles: how far generation is from its limit, and what takes the time that is not its products."""
+    lines = ["## What stands between generation and its limit (from the profiles above)", ""]
+    for name, prof in res["profile"].items():
+        if not name.startswith("generate: GRPO rollouts"):
+            continue
+        precision = "bf16 weights" if name.endswith("bf16 weights") else "float32"
+        row = next(
+            w for w in res["work"] if w["name"] == "generate: GRPO rollouts (4 x 4)" and w["precision"] == precision
+        )
+        sec, wall = prof["seconds"], prof["wall_s"]
+        share = sec["matmuls"] / wall
+        rest = [(op, t) for op, t in prof["top"] if op_class(op) != "matmuls"][:3]
+        between = sec["between operators (Python, framework)"]
+        lines.append(
+            f"- **{precision}**: {row['fraction']:.2f} of the limit, with the products {share:.0%} of the time. Were "
+            f"everything else removed, the products alone would run at {row['fraction'] / share:.2f} of the limit "
+            "(an estimate: the profiler slows the rest too; inside the loop, at M = the live rows, the products run "
+            "slower than timed alone). The rest: "
+            + ", ".join(f"`{op}` {t:.2f} s" for op, t in rest)
+            + " (the KV cache's growth and copies, the grouped keys and values repeated per head), and "
+            f"{between:.2f} s between operators, {between / row['decode_steps'] * 1e3:.0f} ms per decode step of "
+            f"{row['decode_steps']}: Python and dispatch over every layer."
+        )
+    lines += [
+        "",
+        "Not tried: a static KV cache (no `cat`) and a compiled decode step (`torch.compile`), which would remove most "
+        "of the time between operators; the live batch shrinks as sequences finish and the cache grows every step, "
+        "so a compiled step needs padded, fixed shapes.",
+        "",
+        "The bf16 copy in the default DAG (faster stages, but GRPO trained on its rollouts lost its gain): "
+        "[grpo_sweep.md](grpo_sweep.md#bf16-generation).",
+    ]
+    return lines
 
 
 def progress(row: dict) -> None:
@@ -235,7 +304,11 @@ def main() -> None:
     ap.add_argument("--out", default="reports/roofline")
     ap.add_argument("--square", type=int, default=2048, help="the side of the square GEMM")
     ap.add_argument("--tiny", action="store_true", help="a tiny random model instead of --model (checks the bench)")
+    ap.add_argument("--render", action="store_true", help="only write <out>.md again from <out>.json")
     a = ap.parse_args()
+    if a.render:
+        Path(f"{a.out}.md").write_text(report(json.loads(Path(f"{a.out}.json").read_text())))
+        return
     quiet_known_noise()
     torch.manual_seed(0)
     model, tok = build_tiny_model(seed=0) if a.tiny else load_policy(a.model)
@@ -258,14 +331,17 @@ def main() -> None:
             ]
         return limits[m, bf16]
 
-    work, rollouts = [], None
+    work, rollouts, gaps = [], None, {}
     for name, qs, n in (("GRPO rollouts (4 x 4)", 4, 4), ("validation batch (32 x 2)", 32, 2)):
-        for precision, bf16 in precisions.items():
-            g = generation(model, tok, prompts[:qs], n, bf16)
+        for precision in GENERATION:
+            g = generation(model, tok, prompts[:qs], n, precision)
             rollouts = rollouts or g["completions"]
-            measured = {k: v for k, v in g.items() if k != "completions"}
+            if name.startswith("GRPO") and precision != "bf16 autocast":  # what the backend can generate with
+                gaps[precision] = logprob_gap(model, tok, g)
+            measured = {k: v for k, v in g.items() if k not in ("completions", "logprobs")}
+            bf16, streamed = precision != "float32", weights // 2 if precision == "bf16 weights" else weights
             work.append(
-                limit_row(f"generate: {name}", precision, measured, qs * n, 1, products(qs * n, bf16), weights, bw)
+                limit_row(f"generate: {name}", precision, measured, qs * n, 1, products(qs * n, bf16), streamed, bw)
             )
             progress(work[-1])
     batch = micro_batch(tok, rollouts)
@@ -284,9 +360,13 @@ def main() -> None:
         progress(work[-1])
     backend = HFBackend(model, tok, batch_size=16)
     sampling = SamplingConfig(max_tokens=64, min_tokens=0, n=4, seed=0)
+    bf16_backend = HFBackend(model, tok, batch_size=16, bf16=True)
     profile = {
         "generate: GRPO rollouts (4 x 4)": where_time_goes(
             lambda: backend.generate(prompts[:4], sampling, progress=False)
+        ),
+        "generate: GRPO rollouts (4 x 4), bf16 weights": where_time_goes(
+            lambda: bf16_backend.generate(prompts[:4], sampling, progress=False)
         ),
         f"train: one micro-batch ({shape}), 4 times (a warm-up, 3 timed)": where_time_goes(
             lambda: training(model, batch, False)
@@ -303,6 +383,7 @@ def main() -> None:
         "bandwidth_gb_s": bw / 1e9,
         "weights_gb": weights / 1e9,
         "work": work,
+        "logprob_gap": gaps,
         "profile": profile,
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

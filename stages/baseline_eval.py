@@ -25,9 +25,9 @@ def main() -> None:
     pool = grader_pool(cfg).start()  # its imports overlap the model load
     model = load_section(ModelConfig, "model", args.params)
     device = entry.setup_torch(cfg.seed)
-    compute = Compute.of(model, device)  # its autocast and LM-head chunking (no training: no plan)
+    compute = Compute.of(model, device, generation=gen)  # its precisions and LM-head chunking (no training: no plan)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
-    backend = make_backend(gen, args.model, policy, tokenizer, cfg.seed, compute.autocast_on, compute.cut)
+    backend = make_backend(gen, args.model, policy, tokenizer, cfg.seed, compute.generation_bf16, compute.cut)
     with pool:
         result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool, cut=compute.cut)
     # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.
@@ -36,7 +36,7 @@ def main() -> None:
     else:
         with grader_pool(val_cfg) as val_pool:
             base = evaluate_policy(policy, tokenizer, backend, rows, val_cfg, val_pool, cut=compute.cut)
-    protocol = validation_protocol(val_cfg, args.validation, compute.bf16_autocast)
+    protocol = validation_protocol(val_cfg, args.validation, compute.generation_bf16)
     write_json(validation_record(base, protocol, shown=0), args.initial)  # the SFT runs' start: scores only
     prov = provenance(
         "baseline_eval", {"eval": cfg, "generation": gen}, {"model": args.model, "validation": args.validation}

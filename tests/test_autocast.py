@@ -13,10 +13,11 @@ import torch
 
 from a5core.base import run_record
 from a5core.config.prompts import build_prompt
-from a5core.config.sections import ModelConfig, SamplingConfig
+from a5core.config.sections import GenerationConfig, ModelConfig, SamplingConfig
 from a5core.generation import HFBackend
+from a5core.generation.hf import own_copy
 from a5core.model import autocast
-from a5core.model.autocast import autocast_context, resolve
+from a5core.model.autocast import autocast_context, resolve, resolve_generation
 from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import pad_token_id, tokenize_prompt_and_output
@@ -42,6 +43,24 @@ def test_resolution_table(mode, device, flags, on):
     assert got is on and why
 
 
+@pytest.mark.parametrize(
+    "dtype, device, flags, weights, on",
+    [
+        ("float32", "cuda", {"amx_bf16"}, "float32", False),
+        ("bfloat16", "cpu", {"avx2"}, "float32", True),
+        ("auto", "cuda", set(), "float32", True),
+        ("auto", "cpu", {"avx2", "avx512f"}, "float32", False),
+        ("auto", "cpu", {"avx512f", "avx512_bf16"}, "float32", False),  # measured: GRPO lost its gain
+        ("auto", "cpu", {"amx_bf16"}, "float32", False),
+        ("bfloat16", "cpu", {"amx_bf16"}, "bfloat16", False),  # bf16 weights: no copy to make
+    ],
+)
+def test_generation_resolution_table(dtype, device, flags, weights, on):
+    """generation.dtype for the hf backend: auto is bf16 on CUDA and float32 on CPUs, whatever model.autocast says."""
+    got, why = resolve_generation(dtype, device, flags, weights)
+    assert got is on and why
+
+
 def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
     """What a stage does: resolve the mode once (printed), pass it on, and write it into its run record."""
     import dataclasses
@@ -54,8 +73,15 @@ def test_mode_in_force_is_printed_and_goes_to_the_run_record(capsys, tmp_path):
         "bf16_autocast": True,
         "decided_by": "model.autocast: bf16",
         "on_float32": True,
+        "generation_bf16": False,
+        "generation_decided_by": "generation.dtype: float32",
     }
     assert "autocast: bf16 on" in capsys.readouterr().out
+    gen = Compute.of(ModelConfig(autocast="off"), "cpu", generation=GenerationConfig(dtype="bfloat16"))
+    assert gen.generation_bf16 and not gen.autocast_on  # generation's precision is its own setting
+    assert "generation: from a bf16 copy of the float32 weights (generation.dtype: bfloat16)" in capsys.readouterr().out
+    vllm = Compute.of(ModelConfig(), "cpu", generation=GenerationConfig(backend="vllm", dtype="bfloat16"), quiet=True)
+    assert not vllm.generation_bf16  # an engine holds its own weights in its own dtype
     written = run_record.read_run_record(
         run_record.write_run_record(tmp_path / "r.json", "x", autocast=record, step_s=1.5)
     )
@@ -76,10 +102,8 @@ def test_auto_follows_the_cpu_for_float32_weights_only(monkeypatch, fast):
     mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.LayerNorm(2))  # fp32 norm kept
     with autocast_context(mixed, on):
         assert torch.is_autocast_enabled("cpu") is fast
-    with autocast_context(torch.nn.Linear(2, 2).to(torch.bfloat16), on, "bfloat16"):
+    with autocast_context(torch.nn.Linear(2, 2).to(torch.bfloat16), on):
         assert not torch.is_autocast_enabled("cpu")  # bf16 weights: every matmul is bf16 already
-    with autocast_context(torch.nn.Linear(2, 2), True, "float32"):
-        assert not torch.is_autocast_enabled("cpu")  # generation.dtype float32 forces it off
 
 
 def _prompts():
@@ -87,24 +111,56 @@ def _prompts():
 
 
 def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
-    """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain bf16 forward pass over the
-    same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
+    """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain forward pass of the bf16 weights
+    over the same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
     model, tok = sharp
-    out = HFBackend(model, tok, batch_size=8, autocast_on=True).generate(
+    out = HFBackend(model, tok, batch_size=8, bf16=True).generate(
         _prompts(), SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False
     )
+    bf16 = own_copy(model, bf16=True)
     for p, o in zip(_prompts(), out):
         prompt_ids = tok(p, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([prompt_ids + list(o[0].token_ids)])
-        with torch.no_grad(), autocast_context(model, True):
-            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (12, V)
-        assert torch.is_autocast_enabled("cpu") is False  # the context ended
+        with torch.no_grad():
+            logits = bf16(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # (12, V)
         plain = torch.distributions.Categorical(logits=logits).entropy()  # (12,)
         assert torch.allclose(torch.tensor(o[0].token_entropies), plain, atol=0.05, rtol=8 * BF16_EPS)
         # greedy under bf16: every sampled id is the argmax of the plain pass or within bf16's error of it
         top = logits.max(-1).values  # (12,)
         chosen = logits.gather(-1, torch.tensor(o[0].token_ids)[:, None])[:, 0]  # (12,)
         assert torch.all(top - chosen <= 0.05 + 8 * BF16_EPS * top.abs())
+
+
+def test_bf16_generation_runs_on_a_bf16_copy_synced_from_the_float32_policy(sharp):
+    """generation.dtype bfloat16 (or auto with autocast on) on float32 weights: the backend generates exactly what the
+    policy's weights cast to bf16 generate, leaves the policy float32, and a sync after a weight change copies the new
+    weights (unwired: without the cast its log-probs are float32's; without the copy at a sync, the old weights')."""
+    model = copy.deepcopy(sharp[0])
+    tok = sharp[1]
+    sampling = SamplingConfig(temperature=1.0, max_tokens=10, min_tokens=10, stop=[], n=2, seed=3)
+
+    def run(backend):
+        out = backend.generate(_prompts(), sampling, progress=False)
+        return [c.token_ids for cs in out for c in cs], torch.tensor(
+            [lp for cs in out for c in cs for lp in c.token_logprobs]
+        )
+
+    ids, lps = run(HFBackend(model, tok, batch_size=8, bf16=True))
+    ref_ids, ref_lps = run(HFBackend(own_copy(model, bf16=True), tok, batch_size=8))
+    f32_ids, f32_lps = run(HFBackend(model, tok, batch_size=8))
+    assert ids == ref_ids and torch.equal(lps, ref_lps)
+    assert ids != f32_ids or (lps - f32_lps).abs().max() > 1e-4  # the bf16 copy really ran
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert HFBackend(model, tok, batch_size=8).model is model  # float32: the policy object itself
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(1.25)  # a weight update
+    backend = HFBackend(copy.deepcopy(sharp[0]), tok, batch_size=8, bf16=True)
+    backend.sync_weights(model)
+    moved_ids, moved_lps = run(backend)
+    new_ids, new_lps = run(HFBackend(own_copy(model, bf16=True), tok, batch_size=8))
+    assert moved_ids == new_ids and torch.equal(moved_lps, new_lps)
+    assert moved_ids != ids or not torch.equal(moved_lps, lps)  # the update changed what is generated
 
 
 def test_bf16_shared_prefix_log_probs_match(tiny):
@@ -147,7 +203,11 @@ def test_summary_names_the_machine_kind_autocast_and_commits(tmp_path):
     records = [run_record.run_record("a", **off), {**run_record.run_record("b", **off), "code_revision": "abc+dirty"}]
     line = made_on_text(records)[0]
     assert run_record.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
-    assert "2 stage runs" in line and made_on_text([]) == []
+    assert "2 stage runs" in line and made_on_text([]) == [] and "generation from float32 weights" in line
+    bf16 = {"autocast": dataclasses.asdict(autocast.resolved("off", generation="bfloat16", quiet=True))}
+    assert (
+        "generation from bf16 copy, float32 weights" in made_on_text([*records, run_record.run_record("c", **bf16)])[0]
+    )
 
 
 def test_the_grpo_update_and_old_log_probs_follow_the_stage_autocast(tiny):

@@ -1,6 +1,7 @@
 """Checkpoints load with weights_only (a crafted file cannot run code), an unreadable one is moved aside, and a real
 stage process killed with SIGKILL mid-training resumes to bit-identical weights."""
 
+import csv
 import hashlib
 import os
 import pickle
@@ -116,6 +117,35 @@ def test_the_stage_passes_its_compute_settings_to_every_loop(tmp_path):
     ok(subprocess.run(sft_cmd("one", "one.yaml"), cwd=work, env=env, capture_output=True, text=True))
     record = json.loads((work / "run_records" / "one" / "run_record.json").read_text())
     assert record["autocast"]["mode"] == params["model"]["autocast"] and "bf16_autocast" in record["autocast"]
+    # generation.dtype bfloat16 reaches the backend of a training stage (its validation) and of the baseline stage:
+    # their validations' next-token entropies, taken from the generating distributions, are no longer float32's
+    bf16 = {**one, "generation": {**one["generation"], "dtype": "bfloat16"}}
+    (work / "bf16.yaml").write_text(yaml.safe_dump(bf16))
+    r = subprocess.run(sft_cmd("one_bf16", "bf16.yaml"), cwd=work, env=env, capture_output=True, text=True)
+    ok(r)
+    assert "generation: from a bf16 copy of the float32 weights" in r.stdout
+    assert json.loads((work / "run_records" / "one_bf16" / "run_record.json").read_text())["autocast"][
+        "generation_bf16"
+    ]
+    entropy = {
+        run: last_row(work / "results" / run / "logs" / "eval.csv")["eval/entropy"] for run in ("one", "one_bf16")
+    }
+    assert entropy["one"] != entropy["one_bf16"]
+    base = command(work, "baseline_eval", "bf16.yaml")
+    base[base.index("--record") + 1] = "run_records/baseline_bf16"
+    for flag in ("--generations", "--metrics", "--breakdown", "--report", "--initial"):
+        base[base.index(flag) + 1] = f"results/baseline_bf16_{flag[2:]}" + Path(base[base.index(flag) + 1]).suffix
+    ok(subprocess.run(base, cwd=work, env=env, capture_output=True, text=True))
+    f32, b16 = (
+        json.loads((work / "results" / p).read_text())
+        for p in ("baseline/breakdown.json", "baseline_bf16_breakdown.json")
+    )
+    assert f32["eval/entropy"] != b16["eval/entropy"]
+
+
+def last_row(path: Path) -> dict:
+    """The last row of a CSV log."""
+    return list(csv.DictReader(path.open()))[-1]
 
 
 def stage_names(work: Path) -> list[str]:

@@ -388,7 +388,21 @@ def test_the_plan_counts_the_reference_and_the_entropy_graph(tmp_path):
     params["generation"]["backend"] = "hf"
     hf = plan.rl_option_memory(params, QWEN, "bfloat16", 2, 1000)
     assert hf["hf backend's own weights (grpo.max_staleness)"] == pytest.approx(QWEN.parameters * 2 / 1024**3)
-    params["generation"]["backend"] = "vllm"
+    # float32 weights generating in bf16 (generation.dtype auto, bf16 on CUDA): one bf16 copy, which is also the copy
+    # asynchronous rollouts generate from; generation.dtype float32: the float32 copy max_staleness keeps
+    copy = plan.rl_option_memory(params, QWEN, "float32", 2, 1000)
+    assert copy["hf backend's bf16 copy of the weights (generation.dtype)"] == pytest.approx(
+        QWEN.parameters * 2 / 1024**3
+    )
+    assert "hf backend's own weights (grpo.max_staleness)" not in copy
+    params["generation"]["dtype"] = "float32"
+    own = plan.rl_option_memory(params, QWEN, "float32", 2, 1000)
+    assert own["hf backend's own weights (grpo.max_staleness)"] == pytest.approx(QWEN.parameters * 4 / 1024**3)
+    assert "hf backend's bf16 copy of the weights (generation.dtype)" not in own
+    params["generation"].update(backend="vllm", dtype="auto")
+    assert "hf backend's bf16 copy of the weights (generation.dtype)" not in plan.rl_option_memory(
+        params, QWEN, "float32", 2, 1000
+    )
     assert extra["entropy bonus graph (grpo.entropy_coef)"] == pytest.approx(2 * 1000 * QWEN.vocab * 8 / 1024**3)
     path = tmp_path / "kl.yaml"
     path.write_text(yaml.safe_dump(params))

@@ -31,9 +31,12 @@ def test_the_bench_reports_every_piece_of_work_against_its_limit(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.with_suffix(".json").read_text())
     names = [(w["name"].split(":")[0], w["precision"]) for w in res["work"]]
-    assert names == [("generate", p) for _ in range(2) for p in ("float32", "bf16 autocast")] + [
+    assert names == [("generate", p) for _ in range(2) for p in ("float32", "bf16 autocast", "bf16 weights")] + [
         ("train", "float32"), ("train", "bf16 autocast"),
     ]  # fmt: skip
+    gaps = res["logprob_gap"]  # float32 rollouts rescored in float32 agree to rounding (generation shares the prefix)
+    assert set(gaps) == {"float32", "bf16 weights"} and all(g["tokens"] > 0 for g in gaps.values())
+    assert gaps["float32"]["max_abs"] < 1e-4 < gaps["bf16 weights"]["mean_abs"]  # bf16 rounding, really run
     for w in res["work"]:
         assert w["tokens_per_s"] > 0 and w["limit_tokens_per_s"] == min(
             w["products_tokens_per_s"], w["memory_tokens_per_s"]

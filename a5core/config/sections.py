@@ -198,7 +198,8 @@ class GenerationConfig(Section):
     batch_size: Positive = 32  # prompts per generate call (hf backend)
     gpu_memory_utilization: Annotated[float, Bound(0, 1, lo_open=True)] = 0.85  # vLLM's share of its GPU's memory
     dtype: Literal["auto", "float32", "bfloat16"] = (
-        "auto"  # engine compute dtype (auto: bf16 on GPU, model dtype on CPU)
+        "auto"  # vllm: engine dtype (auto: bf16 on GPU, the model's on CPU); hf: bfloat16 generates from a bf16 copy of
+        # float32 weights (auto: on CUDA, not on a CPU)
     )
     verify_weight_sync: bool = (
         True  # after a weight update, check the engine's weights and log-probs against the policy's

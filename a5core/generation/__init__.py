@@ -11,13 +11,13 @@ from a5core.model.microbatch import Cut
 
 
 def make_backend(
-    cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0, autocast_on: bool = False, cut: Cut = Cut()
+    cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0, bf16: bool = False, cut: Cut = Cut()
 ) -> Backend:
-    """hf: generate with the policy object itself (its float32 parameters under bf16 autocast when the stage's
-    `autocast_on`, unless generation.dtype says otherwise); vllm: an engine loaded from `model_dir` (its weight-sync
-    probe computes the policy's log-probs with the stage's `cut`)."""
+    """hf: generate with the policy object itself (float32 parameters: from a bf16 copy when `bf16`, the stage's
+    resolved generation.dtype); vllm: an engine loaded from `model_dir` (its weight-sync probe computes the policy's
+    log-probs with the stage's `cut`)."""
     if cfg.backend == "hf":
-        return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, dtype=cfg.dtype, autocast_on=autocast_on)
+        return HFBackend(policy, tokenizer, batch_size=cfg.batch_size, bf16=bf16)
     from a5core.generation.vllm import VLLMBackend
 
     return VLLMBackend(model_dir, cfg, seed=seed, tokenizer=tokenizer, policy=policy, cut=cut)

@@ -2,17 +2,23 @@
 
 A hand-written sampling loop over the model's KV cache (rather than `model.generate`) so that the prompt
 template shared by all prompts is computed once per call; prompts are sorted by length so each batch pads
-little; stop strings end a sequence and are kept in the text; a float32 model gets bf16 autocast as `model.autocast`
-says (a5core/model/autocast.py). With `n > 1` each prompt is repeated n times inside the batch. The backend generates
-with the policy object itself, so a weight "sync" is the identity (no copy can go stale), unless told to keep its own
-weights (`keep_own_weights`: asynchronous rollouts, generated while the learner updates the policy), which a sync then
-copies. The entropy of each sampling distribution is returned with the tokens, so callers need no second forward pass
-to log response entropy.
+little; stop strings end a sequence and are kept in the text. With `n > 1` each prompt is repeated n times inside the
+batch. The backend generates with the policy object itself, so a weight "sync" is the identity (no copy can go stale),
+unless it generates in bf16 from float32 weights (below) or is told to keep its own weights (`keep_own_weights`:
+asynchronous rollouts, generated while the learner updates the policy): then a sync copies them. The entropy of each
+sampling distribution is returned with the tokens, so callers need no second forward pass to log response entropy.
 
 As on vLLM: `token_ids` are exactly the sampled ids (the token that completed a stop string and a sampled EOS
 included; the text is cut right after the stop string), and every (prompt, sample) draws from its own random
 stream seeded from (sampling.seed, prompt index, sample index), so noise is independent across prompts and
 samples, and a prompt's completion does not depend on which other prompts share its batch.
+
+bf16 generation for float32 weights (`generation.dtype` as the stage resolved it: a5core/model/autocast.py) runs on a
+bf16 copy of the policy's parameters, cast at each sync (buffers such as rotary frequencies stay float32, as a bf16
+checkpoint loads them; eager attention on a CPU: `own_copy`). On this project's AVX512-BF16 CPU it generated faster
+than float32, where bf16 autocast, recasting every weight at every decode step, was slower (reports/roofline.md). The
+copy costs 2 bytes per parameter (a5core/run/plan.py counts it); the sampled tokens' log-probs are the copy's
+(`grpo.tis_cap` corrects for the gap).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import torch
 from a5core.base.progress import bar as progress_bar
 from a5core.config.sections import SamplingConfig
 from a5core.generation.base import Completion, request_seed, truncate_at_stop
-from a5core.model.autocast import autocast_context
 from a5core.model.logprobs import compute_entropy
 
 
@@ -53,6 +58,20 @@ def sample_next(
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (b,)
 
 
+def own_copy(policy, bf16: bool) -> torch.nn.Module:
+    """A frozen copy of `policy` to generate from; with `bf16`, its float32 parameters in bf16 (buffers, e.g. rotary
+    frequencies, as they are) and, on a CPU, eager attention: torch's bf16 SDPA kernel for the CPU took 3x float32's
+    time in decoding (reports/roofline.md's profile), and the copy generated 1.25-1.35x faster with eager attention."""
+    own = copy.deepcopy(policy).requires_grad_(False)
+    for param in own.parameters():
+        param.grad = None
+        if bf16 and param.dtype == torch.float32:
+            param.data = param.data.to(torch.bfloat16)
+    if bf16 and next(own.parameters()).device.type == "cpu":
+        own.set_attn_implementation("eager")
+    return own
+
+
 class HFBackend:
     """Batched sampling with a KV cache on a transformers causal LM (see the module docstring).
 
@@ -63,12 +82,13 @@ class HFBackend:
 
     STOP_TAIL_TOKENS = 16  # stop strings are searched in the decoded tail of this many tokens
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, dtype: str = "auto", autocast_on: bool = False):
-        self.model, self.tokenizer, self.batch_size, self.dtype = model, tokenizer, batch_size, dtype
-        self.autocast_on = autocast_on  # the stage's resolved model.autocast (dtype "auto" follows it)
+    def __init__(self, model, tokenizer, batch_size: int = 32, bf16: bool = False):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.bf16 = bf16  # generate in bf16 (the stage's resolved generation.dtype): float32 weights get a bf16 copy
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.keeps_own = False  # `keep_own_weights` was called
-        self.own: torch.nn.Module | None = None  # then: the weights' copy, made at the first sync
+        self.own: torch.nn.Module | None = None  # the weights' own copy (bf16 or kept), made at the first sync
+        self.sync_weights(model)
 
     def keep_own_weights(self) -> None:
         """From the next sync on, generate from a copy of the policy's weights taken at the sync, so the learner may
@@ -76,16 +96,17 @@ class HFBackend:
         self.keeps_own = True
 
     def sync_weights(self, policy) -> None:
-        if not self.keeps_own:
+        """Generate from `policy` from now on: the object itself, or its weights copied into this backend's own copy
+        (cast to bf16 where the policy has float32 parameters and generation is bf16; kept: `keep_own_weights`)."""
+        cast = self.bf16 and any(p.dtype == torch.float32 for p in policy.parameters())
+        if not (self.keeps_own or cast):
             self.model = policy
             return
         if self.own is None:
-            self.own = copy.deepcopy(policy).requires_grad_(False)
-            for param in self.own.parameters():
-                param.grad = None
+            self.own = own_copy(policy, bf16=cast)
         with torch.no_grad():
             for mine, theirs in zip(self.own.state_dict().values(), policy.state_dict().values(), strict=True):
-                mine.copy_(theirs)
+                mine.copy_(theirs)  # casts to the copy's dtype
         self.model = self.own
 
     @torch.inference_mode()
@@ -97,12 +118,11 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         prefix = self._common_prefix(encoded)
-        with autocast_context(self.model, self.autocast_on, self.dtype):
-            cache = (
-                self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
-                if prefix
-                else None
-            )
+        cache = (
+            self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
+            if prefix
+            else None
+        )
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         per_batch = max(1, self.batch_size // max(1, sampling.n))
         results: list[list[Completion]] = [[] for _ in prompts]
@@ -168,32 +188,31 @@ class HFBackend:
         lps: list[list[float]] = [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
         alive = torch.arange(b)  # rows still generating, in cache order
-        with autocast_context(self.model, self.autocast_on, self.dtype):
-            out = self._step(ids, mask, pos, cache)
-            for t in range(sampling.max_tokens):
-                logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
-                ent, lse = compute_entropy(logits).tolist(), torch.logsumexp(logits, dim=-1)  # (a,) each
-                if t < sampling.min_tokens and eos is not None:
-                    logits[:, eos] = float("-inf")
-                nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
-                uniforms = torch.cat([torch.rand(1, generator=streams[r]) for r in alive.tolist()])  # (a,)
-                picked = sample_next(logits, sampling.temperature, sampling.top_p, uniforms)  # (a,)
-                nxt[alive] = picked.cpu()
-                lp = (logits.gather(-1, picked.view(-1, 1).to(logits.device)).squeeze(-1) - lse).tolist()  # (a,)
-                for j, r in enumerate(alive.tolist()):
-                    new[r].append(int(nxt[r]))
-                    ents[r].append(ent[j])
-                    lps[r].append(lp[j])
-                    done[r] = self._finished(new[r], sampling, eos)
-                if bool(done.all()) or t + 1 == sampling.max_tokens:
-                    break
-                if bool(done[alive].any()):  # drop finished rows from the batch (and their KV cache rows)
-                    keep = (~done[alive]).nonzero().flatten()
-                    out.past_key_values.batch_select_indices(keep.to(device))
-                    alive, mask, pos = alive[keep], mask[keep.to(device)], pos[keep.to(device)]
-                one = torch.ones((len(alive), 1), dtype=mask.dtype, device=device)
-                mask, pos = torch.cat([mask, one], dim=1), pos[:, -1:] + 1  # (a, L+1), (a, 1)
-                out = self._step(nxt[alive][:, None].to(device), mask, pos, out.past_key_values)
+        out = self._step(ids, mask, pos, cache)
+        for t in range(sampling.max_tokens):
+            logits = out.logits[:, -1, :].float()  # (a, V): one row per unfinished sequence
+            ent, lse = compute_entropy(logits).tolist(), torch.logsumexp(logits, dim=-1)  # (a,) each
+            if t < sampling.min_tokens and eos is not None:
+                logits[:, eos] = float("-inf")
+            nxt = torch.full((b,), self.pad_id, dtype=torch.long)  # (b,)
+            uniforms = torch.cat([torch.rand(1, generator=streams[r]) for r in alive.tolist()])  # (a,)
+            picked = sample_next(logits, sampling.temperature, sampling.top_p, uniforms)  # (a,)
+            nxt[alive] = picked.cpu()
+            lp = (logits.gather(-1, picked.view(-1, 1).to(logits.device)).squeeze(-1) - lse).tolist()  # (a,)
+            for j, r in enumerate(alive.tolist()):
+                new[r].append(int(nxt[r]))
+                ents[r].append(ent[j])
+                lps[r].append(lp[j])
+                done[r] = self._finished(new[r], sampling, eos)
+            if bool(done.all()) or t + 1 == sampling.max_tokens:
+                break
+            if bool(done[alive].any()):  # drop finished rows from the batch (and their KV cache rows)
+                keep = (~done[alive]).nonzero().flatten()
+                out.past_key_values.batch_select_indices(keep.to(device))
+                alive, mask, pos = alive[keep], mask[keep.to(device)], pos[keep.to(device)]
+            one = torch.ones((len(alive), 1), dtype=mask.dtype, device=device)
+            mask, pos = torch.cat([mask, one], dim=1), pos[:, -1:] + 1  # (a, L+1), (a, 1)
+            out = self._step(nxt[alive][:, None].to(device), mask, pos, out.past_key_values)
         return [self._completion(x, e, sampling, lp) for x, e, lp in zip(new, ents, lps)]
 
     def _step(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache):

@@ -1,12 +1,15 @@
-"""bf16 autocast for float32 weights: a setting (`model.autocast`), resolved once per stage and recorded.
+"""bf16 autocast for float32 weights: a setting (`model.autocast`), resolved once per stage and recorded; and the hf
+backend's generation precision (`generation.dtype`), resolved beside it.
 
 - `auto`: on CUDA, and on CPUs with native bf16 matmul (`amx_bf16` or `avx512_bf16` in /proc/cpuinfo); off
   elsewhere (AVX2-only CPUs emulate bf16 GEMMs, slower than float32). This was the only behaviour before the
   setting existed, so the same profile gave different numbers on different CPUs without saying so.
-- `off`: float32 everywhere (bit-identical runs on one machine kind; the default, smoke and CPU-study profiles).
+- `off`: float32 training and log-probs (bit-identical on one machine kind; the default, smoke, CPU-study profiles).
 - `bf16`: always on, also where it is slow: how CI exercises on an AVX2 machine what AMX/AVX512-BF16 machines run.
 - Weights already in bf16 (the full profile's policy) never get autocast: every matmul is bf16 already.
-The stage resolves it once (`resolved`, into its `Compute` record, a5core/model/compute.py); the mode in force goes to
+- Generation never runs under autocast (it recast every weight at every decode step: slower than float32 here).
+  `generation.dtype` auto generates from a bf16 copy on CUDA and in float32 on a CPU; bfloat16 / float32 force it.
+The stage resolves both once (`resolved`, into its `Compute` record, a5core/model/compute.py); what is in force goes to
 the console and to the stage's run record (run_record.py).
 """
 
@@ -34,6 +37,8 @@ class Autocast:
     decided_by: str = "library default: off"  # why, in words (console and run record)
     on_float32: bool = False  # the mode as for float32 weights: what a model's float32 parameters run under (LoRA's
     # float32 adapters beside bf16 weights too); `autocast_context` is a no-op for a model without float32 parameters
+    generation_bf16: bool = False  # the hf backend generates from a bf16 copy of the float32 weights (generation.dtype)
+    generation_decided_by: str = "library default: float32"  # why, in words (console and run record)
 
 
 def resolve(
@@ -47,6 +52,29 @@ def resolve(
         return False, "model.autocast: off"
     if mode == "bf16":
         return True, "model.autocast: bf16"
+    return fast_bf16(device_type, flags)
+
+
+def resolve_generation(
+    dtype: str, device_type: str, flags: frozenset[str] | set[str], weights: str = "float32"
+) -> tuple[bool, str]:
+    """(does the hf backend generate from a bf16 copy?, why) for `generation.dtype` on a device of `device_type`, for
+    `weights` (the model.dtype). auto: bf16 on CUDA; float32 on every CPU, also those with fast bf16 (`flags` unused):
+    there the copy generated GRPO's rollouts 1.2x faster in the real stage, and the default GRPO run trained on them
+    lost its gain (reports/roofline.md). Pure."""
+    if weights != "float32":
+        return False, f"{weights} weights: generation is {weights} already"
+    if dtype == "float32":
+        return False, "generation.dtype: float32"
+    if dtype == "bfloat16":
+        return True, "generation.dtype: bfloat16"
+    if device_type == "cuda":
+        return True, "auto: CUDA"
+    return False, "auto: float32 on a CPU (bf16 rollouts measured in reports/roofline.md)"
+
+
+def fast_bf16(device_type: str, flags: frozenset[str] | set[str]) -> tuple[bool, str]:
+    """What `auto` means: (bf16 here?, why): on CUDA and on CPUs with native bf16 matmul, not on others. Pure."""
     if device_type == "cuda":
         return True, "auto: CUDA"
     fast = sorted(set(FAST_BF16_FLAGS) & set(flags))
@@ -56,24 +84,31 @@ def resolve(
 
 
 def resolved(
-    mode: Mode, device: torch.device | str = "cpu", *, weights: str = "float32", quiet: bool = False
+    mode: Mode,
+    device: torch.device | str = "cpu",
+    *,
+    weights: str = "float32",
+    generation: str = "float32",
+    quiet: bool = False,
 ) -> Autocast:
-    """The stage's setting, resolved once (before any model runs) for a policy of `weights` dtype on `device`; printed
-    (unless `quiet`) and returned, to travel in the stage's `Compute` record and its run record."""
+    """The stage's setting, resolved once (before any model runs) for a policy of `weights` dtype on `device`, with
+    `generation` the hf backend's generation.dtype (float32 for a vLLM engine, which has its own); printed (unless
+    `quiet`) and returned, to travel in the stage's `Compute` record and its run record."""
     device_type = torch.device(device).type
     on, why = resolve(mode, device_type, cpu_flags(), weights)
     on_float32, _ = resolve(mode, device_type, cpu_flags())
+    gen, gen_why = resolve_generation(generation, device_type, cpu_flags(), weights)
     if not quiet:
         print(f"autocast: bf16 {'on' if on else 'off'} for float32 weights on {device_type} ({why})", flush=True)
-    return Autocast(mode, device_type, on, why, on_float32)
+        if gen:
+            print(f"generation: from a bf16 copy of the float32 weights ({gen_why})", flush=True)
+    return Autocast(mode, device_type, on, why, on_float32, gen, gen_why)
 
 
-def autocast_context(model, on: bool, dtype_pref: str = "auto"):
-    """bf16 autocast for a model with float32 parameters when `on` (the stage's `Autocast.on_float32`; `dtype_pref`
-    "bfloat16" / "float32", the hf backend's `generation.dtype`, forces it on / off); a no-op for bf16 weights."""
+def autocast_context(model, on: bool):
+    """bf16 autocast for a model with float32 parameters when `on` (the stage's `Autocast.on_float32`); a no-op for bf16
+    weights. Training and log-probs only: the hf backend generates from a bf16 copy (a5core/generation/hf.py)."""
     params = list(model.parameters())
     if not any(p.dtype == torch.float32 for p in params):
         return contextlib.nullcontext()
-    device = params[0].device
-    use = dtype_pref == "bfloat16" or (dtype_pref == "auto" and on)
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
+    return torch.autocast(device_type=params[0].device.type, dtype=torch.bfloat16, enabled=on)

@@ -3,7 +3,8 @@ through the loops (`train_sft`, `train_grpo`, `ei_round`), their optimizer steps
 module holds it.
 
 - `cut`: how an optimizer step is cut into micro-batches and computed (a5core/model/microbatch.py).
-- `autocast`: bf16 autocast for float32 weights, as resolved on this machine (a5core/model/autocast.py).
+- `autocast`: bf16 autocast for float32 weights and the hf backend's generation precision, as resolved on this
+  machine (a5core/model/autocast.py).
 - `weight_update`: how AdamW writes into bf16 weights (a5core/model/optim.py).
 Library use without a record gets `Compute()`: the handout's split, float32, torch's AdamW.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from a5core.config.sections import ModelConfig
+from a5core.config.sections import GenerationConfig, ModelConfig
 from a5core.model.autocast import Autocast, resolved
 from a5core.model.microbatch import Cut
 from a5core.model.optim import WeightUpdate
@@ -38,15 +39,27 @@ class Compute:
         """What `autocast_context` gets: the mode as for float32 parameters (a no-op for a model without any)."""
         return self.autocast.on_float32
 
+    @property
+    def generation_bf16(self) -> bool:
+        """The hf backend generates from a bf16 copy of the float32 weights (generation.dtype, resolved here)."""
+        return self.autocast.generation_bf16
+
     @classmethod
     def of(
-        cls, model: ModelConfig, device: torch.device | str, planned_tokens: int | None = None, quiet: bool = False
+        cls,
+        model: ModelConfig,
+        device: torch.device | str,
+        planned_tokens: int | None = None,
+        quiet: bool = False,
+        generation: GenerationConfig | None = None,
     ) -> Compute:
-        """The `model` section resolved on `device` (the autocast line printed unless `quiet`); `planned_tokens`: the
-        memory plan's micro-batch, what `micro_batch_tokens: auto` means on CUDA."""
+        """The `model` section (and `generation`'s dtype, for the hf backend: a vLLM engine has its own) resolved on
+        `device` (the autocast lines printed unless `quiet`); `planned_tokens`: the memory plan's micro-batch, what
+        `micro_batch_tokens: auto` means on CUDA."""
+        gen_dtype = generation.dtype if generation is not None and generation.backend == "hf" else "float32"
         return cls(
             Cut.of(model, planned_tokens),
-            resolved(model.autocast, device, weights=model.dtype, quiet=quiet),
+            resolved(model.autocast, device, weights=model.dtype, generation=gen_dtype, quiet=quiet),
             model.weight_update,
         )
 

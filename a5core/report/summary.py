@@ -111,12 +111,15 @@ def made_on_text(records: list[dict]) -> list[str]:
     casts = sorted(
         {f"{a['mode']} (bf16 {'on' if a['bf16_autocast'] else 'off'})" for r in records if (a := r.get("autocast"))}
     )
+    generation = sorted(
+        {"bf16 copy" if a.get("generation_bf16") else "float32" for r in records if (a := r.get("autocast"))}
+    )  # the hf backend's precision (older records: float32 or autocast)
     commits = sorted({r.get("code_revision", "unknown") for r in records})
     return [
-        f"Made on: {'; '.join(kinds)}. model.autocast: {', '.join(casts) or 'not recorded'}. Code: "
-        f"{', '.join(commits)} ({len(records)} stage runs; each stage's `run_record.json`). Reruns are bit-identical "
-        "on the same machine kind with the same autocast; another CPU kind, autocast setting or a GPU agrees only "
-        "within the intervals.",
+        f"Made on: {'; '.join(kinds)}. model.autocast: {', '.join(casts) or 'not recorded'}; generation from "
+        f"{', '.join(generation) or 'not recorded'} weights. Code: {', '.join(commits)} ({len(records)} stage runs; "
+        "each stage's `run_record.json`). Reruns are bit-identical on the same machine kind with the same precisions; "
+        "another CPU kind, precision or a GPU agrees only within the intervals.",
         "",
     ]
 

@@ -217,13 +217,17 @@ def rl_option_memory(
 ) -> dict[str, float]:
     """GB that GRPO's options (a5core/rl/rl_options.py) add to the training GPU when any GRPO run turns them on: the
     frozen reference of the KL term (one more copy of the weights; no gradients or optimizer state), the hf backend's
-    own copy of the weights under asynchronous rollouts (grpo.max_staleness; vLLM's engine has its own GPU), and the
-    entropy bonus's graph (its float32 softmax over the vocabulary is kept for backward)."""
+    own copy of the weights (bf16 generation from float32 weights, as generation.dtype auto on CUDA, in any stage;
+    else under asynchronous rollouts, grpo.max_staleness; vLLM's engine has its own GPU), and the entropy bonus's graph
+    (its float32 softmax over the vocabulary is kept for backward)."""
     runs = grpo_runs(params)
     extra = {}
     if any(r.get("kl_coef") for r in runs):
         extra["reference policy (grpo.kl_coef)"] = arch.parameters * BYTES[dtype] / GB
-    if params["generation"]["backend"] == "hf" and any(r.get("max_staleness") for r in runs):
+    gen = params["generation"]  # the plan is for CUDA, where generation.dtype auto is bf16 (model/autocast.py)
+    if gen["backend"] == "hf" and dtype == "float32" and gen["dtype"] != "float32":
+        extra["hf backend's bf16 copy of the weights (generation.dtype)"] = arch.parameters * BYTES["bfloat16"] / GB
+    elif gen["backend"] == "hf" and any(r.get("max_staleness") for r in runs):
         extra["hf backend's own weights (grpo.max_staleness)"] = arch.parameters * BYTES[dtype] / GB
     if any(r.get("entropy_coef") for r in runs):
         tokens = min(micro_batch * seq_len, logits_chunk or micro_batch * seq_len)

@@ -67,6 +67,7 @@ class TrainingStart:
         return {
             "model_dtype": self.policy.dtype,
             "bf16_autocast": c.bf16_autocast,  # as resolved on this machine (its fingerprint)
+            **({"bf16_generation": True} if c.generation_bf16 else {}),  # rollouts from the bf16 copy
             "weight_update": c.weight_update,  # a checkpoint's optimizer state is only valid for its own
             **cut,
             **adapters,
@@ -82,7 +83,7 @@ def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -
     questions = entry.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
     planned = check_plans(args.params, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
     device = distributed.device(entry.setup_torch(seed, share=distributed.local_share))
-    compute = Compute.of(model, device, planned)  # passed to every loop, optimizer step and log-prob of the stage
+    compute = Compute.of(model, device, planned, generation=generation)  # passed to every loop, step and log-prob
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     microbatch.prepare(policy, compute.cut)
@@ -94,7 +95,7 @@ def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -
         policy=policy,
         tokenizer=tokenizer,
         backend=distributed.FullWeightsBackend(
-            make_backend(generation, args.model, policy, tokenizer, seed, compute.autocast_on, compute.cut)
+            make_backend(generation, args.model, policy, tokenizer, seed, compute.generation_bf16, compute.cut)
         ),
         validation_rows=questions,
         compute=compute,
@@ -158,7 +159,7 @@ def training_stage(
     pool = grader_pool(validation, train_reward).start()
     vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
     start = training_start(args, seed, ranks.strategy)
-    protocol = validation_protocol(start.validation, args.validation, start.compute.bf16_autocast, prompt)
+    protocol = validation_protocol(start.validation, args.validation, start.compute.generation_bf16, prompt)
     history = RunHistory(
         args.live,
         args.logs,
@@ -240,12 +241,12 @@ class Validator:
         )
 
 
-def validation_protocol(cfg: EvalConfig, validation_path: str, bf16_autocast: bool, prompt: str | None = None) -> str:
+def validation_protocol(cfg: EvalConfig, validation_path: str, bf16: bool, prompt: str | None = None) -> str:
     """Hash of what a full validation depends on besides the weights: settings, prompt, the questions' content (not
-    the file's bytes: two writes of the same questions may differ in metadata) and the stage's `bf16_autocast` (a
-    record measured under another precision is measured again, not paired with this one)."""
+    the file's bytes: two writes of the same questions may differ in metadata) and whether it generates in `bf16`
+    (the stage's `generation_bf16`: a record measured under another precision is measured again, not paired)."""
     questions = content_hash(entry.rows(validation_path, list(QUESTION_COLUMNS)), list(QUESTION_COLUMNS))
-    numerics = bf16_autocast
+    numerics = bf16
     return fingerprint(
         {
             "validation": cfg,
