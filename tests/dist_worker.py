@@ -202,6 +202,21 @@ def rollout_case(model, tok) -> list[tuple]:
     return [(s.unique_id, s.sample_index, s.token_ids, s.response, s.reward) for s in samples]
 
 
+def bf16_rollout_case(model, tok, how: How) -> list[tuple]:
+    """Token ids the hf backend samples from its bf16 copy of the policy (fsdp2: a sharded policy, which
+    FullWeightsBackend syncs from its whole weights, as a stage does), for 3 prompts x 2."""
+    from a5core.config.prompts import build_prompt
+    from a5core.config.sections import SamplingConfig
+    from a5core.generation.hf import HFBackend
+
+    policy = fresh(model, how).eval()
+    backend = distributed.FullWeightsBackend(HFBackend(policy, tok, batch_size=6, bf16=True))
+    backend.sync_weights(policy)
+    prompts = [build_prompt(q) for q in ("Compute 1+2.", "Solve 3x = 9.", "7*8")]
+    out = backend.generate(prompts, SamplingConfig(max_tokens=8, n=2, seed=3), progress=False)
+    return [c.token_ids for cs in out for c in cs]
+
+
 def timeout_case() -> list[str]:
     """Rank 1's answer never finishes grading; its pool times it out and the gather after it completes on both."""
     from a5core.grader.pool import GraderPool
@@ -263,6 +278,7 @@ def main() -> None:
     kahan = Path(args.out).with_name(f"ckpt_kahan_{args.strategy}_{world}")
     out["resume_kahan"] = resume_case(model, tok, how, kahan, KahanAdamW)  # its compensation buffer and int step too
     out["rollouts"] = rollout_case(model.eval(), tok)
+    out["bf16_rollouts"] = bf16_rollout_case(model, tok, how)
     out["timeouts"] = timeout_case()
     out["any_rank"] = [distributed.any_rank(distributed.world().rank == 1), distributed.any_rank(False)]
     if distributed.is_main():

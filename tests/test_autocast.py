@@ -114,9 +114,11 @@ def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
     """Forced bf16: the shared-prefix sampling loop's per-token entropies equal a plain forward pass of the bf16 weights
     over the same ids within bf16's error (the float32 test compares sampled ids, which bf16 rounding may flip)."""
     model, tok = sharp
-    out = HFBackend(model, tok, batch_size=8, bf16=True).generate(
+    backend = HFBackend(model, tok, batch_size=8, bf16=True)
+    out = backend.generate(
         _prompts(), SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=12, stop=[]), progress=False
     )
+    assert next(backend.model.parameters()).dtype == torch.bfloat16  # it generated from the bf16 copy
     bf16 = own_copy(model, bf16=True)
     for p, o in zip(_prompts(), out):
         prompt_ids = tok(p, add_special_tokens=False)["input_ids"]
@@ -132,9 +134,10 @@ def test_bf16_shared_prefix_generation_scores_like_plain_forward(sharp):
 
 
 def test_bf16_generation_runs_on_a_bf16_copy_synced_from_the_float32_policy(sharp):
-    """generation.dtype bfloat16 (or auto with autocast on) on float32 weights: the backend generates exactly what the
-    policy's weights cast to bf16 generate, leaves the policy float32, and a sync after a weight change copies the new
-    weights (unwired: without the cast its log-probs are float32's; without the copy at a sync, the old weights')."""
+    """generation.dtype bfloat16 on float32 weights: the backend generates exactly what the policy's weights cast to
+    bf16 generate, leaves the policy float32, and a sync after a weight change copies the new weights, also when it
+    keeps its own weights for asynchronous rollouts (unwired: without the cast its log-probs are float32's; without
+    the copy at a sync, the old weights')."""
     model = copy.deepcopy(sharp[0])
     tok = sharp[1]
     sampling = SamplingConfig(temperature=1.0, max_tokens=10, min_tokens=10, stop=[], n=2, seed=3)
@@ -161,6 +164,16 @@ def test_bf16_generation_runs_on_a_bf16_copy_synced_from_the_float32_policy(shar
     new_ids, new_lps = run(HFBackend(own_copy(model, bf16=True), tok, batch_size=8))
     assert moved_ids == new_ids and torch.equal(moved_lps, new_lps)
     assert moved_ids != ids or not torch.equal(moved_lps, lps)  # the update changed what is generated
+    backend.keep_own_weights()  # asynchronous rollouts: the learner updates the policy while the copy generates
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(0.8)
+    stale_ids, stale_lps = run(backend)
+    assert stale_ids == moved_ids and torch.equal(stale_lps, moved_lps)  # not synced yet: the last sync's weights
+    backend.sync_weights(model)
+    synced_ids, synced_lps = run(backend)
+    fresh_ids, fresh_lps = run(HFBackend(own_copy(model, bf16=True), tok, batch_size=8))
+    assert synced_ids == fresh_ids and torch.equal(synced_lps, fresh_lps)
 
 
 def test_bf16_shared_prefix_log_probs_match(tiny):
@@ -203,11 +216,12 @@ def test_summary_names_the_machine_kind_autocast_and_commits(tmp_path):
     records = [run_record.run_record("a", **off), {**run_record.run_record("b", **off), "code_revision": "abc+dirty"}]
     line = made_on_text(records)[0]
     assert run_record.cpu_model() in line and "model.autocast: off (bf16 off)" in line and "abc+dirty" in line
-    assert "2 stage runs" in line and made_on_text([]) == [] and "generation from float32 weights" in line
+    assert "2 stage runs" in line and made_on_text([]) == [] and "generation in float32." in line
     bf16 = {"autocast": dataclasses.asdict(autocast.resolved("off", generation="bfloat16", quiet=True))}
-    assert (
-        "generation from bf16 copy, float32 weights" in made_on_text([*records, run_record.run_record("c", **bf16)])[0]
-    )
+    line = made_on_text([*records, run_record.run_record("c", **bf16)])[0]
+    assert "generation in bf16 (a copy of the weights), float32." in line
+    old = {k: v for k, v in dataclasses.asdict(autocast.resolved("bf16", quiet=True)).items() if "generation" not in k}
+    assert "generation in bf16 autocast." in made_on_text([run_record.run_record("d", autocast=old)])[0]  # older record
 
 
 def test_the_grpo_update_and_old_log_probs_follow_the_stage_autocast(tiny):

@@ -109,6 +109,7 @@ def test_old_log_probs_and_rollouts_gathered_on_two_ranks_equal_one_ranks(runs, 
     assert all(torch.equal(a, b) for a, b in zip(ref["old_log_probs"], got["old_log_probs"]))
     assert got["rollouts"] == ref["rollouts"]  # ids, sample index, token ids, text, reward: in the same order
     assert len({r[0] for r in ref["rollouts"]}) == 5
+    assert got["bf16_rollouts"] == ref["bf16_rollouts"] and len(ref["bf16_rollouts"]) == 6  # the copy of the whole
 
 
 @pytest.mark.slow

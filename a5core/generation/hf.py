@@ -18,7 +18,7 @@ bf16 copy of the policy's parameters, cast at each sync (buffers such as rotary 
 checkpoint loads them; eager attention on a CPU: `own_copy`). On this project's AVX512-BF16 CPU it generated faster
 than float32, where bf16 autocast, recasting every weight at every decode step, was slower (reports/roofline.md). The
 copy costs 2 bytes per parameter (a5core/run/plan.py counts it); the sampled tokens' log-probs are the copy's
-(`grpo.tis_cap` corrects for the gap).
+(`grpo.tis_cap`, off by default, can correct for the gap).
 """
 
 from __future__ import annotations
@@ -59,14 +59,18 @@ def sample_next(
 
 
 def own_copy(policy, bf16: bool) -> torch.nn.Module:
-    """A frozen copy of `policy` to generate from; with `bf16`, its float32 parameters in bf16 (buffers, e.g. rotary
-    frequencies, as they are) and, on a CPU, eager attention: torch's bf16 SDPA kernel for the CPU took 3x float32's
-    time in decoding (reports/roofline.md's profile), and the copy generated 1.25-1.35x faster with eager attention."""
-    own = copy.deepcopy(policy).requires_grad_(False)
+    """A frozen copy of `policy` to generate from; with `bf16`, its float32 parameters made in bf16 directly (2 bytes
+    each at the peak too; tied weights stay tied; buffers, e.g. rotary frequencies, as they are) and, on a CPU, eager
+    attention: torch's bf16 SDPA kernel for the CPU took 3x float32's time in decoding (reports/roofline.md's
+    profile), and the copy generated 1.25-1.35x faster with eager attention."""
+    memo = {
+        id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False)
+        for p in (policy.parameters() if bf16 else ())
+        if p.dtype == torch.float32
+    }  # deepcopy takes these for the parameters instead of copying them
+    own = copy.deepcopy(policy, memo).requires_grad_(False)
     for param in own.parameters():
         param.grad = None
-        if bf16 and param.dtype == torch.float32:
-            param.data = param.data.to(torch.bfloat16)
     if bf16 and next(own.parameters()).device.type == "cpu":
         own.set_attn_implementation("eager")
     return own
@@ -88,7 +92,6 @@ class HFBackend:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.keeps_own = False  # `keep_own_weights` was called
         self.own: torch.nn.Module | None = None  # the weights' own copy (bf16 or kept), made at the first sync
-        self.sync_weights(model)
 
     def keep_own_weights(self) -> None:
         """From the next sync on, generate from a copy of the policy's weights taken at the sync, so the learner may
@@ -105,12 +108,21 @@ class HFBackend:
         if self.own is None:
             self.own = own_copy(policy, bf16=cast)
         with torch.no_grad():
-            for mine, theirs in zip(self.own.state_dict().values(), policy.state_dict().values(), strict=True):
+            for (name, mine), (theirs_name, theirs) in zip(
+                self.own.state_dict().items(), policy.state_dict().items(), strict=True
+            ):
+                if name != theirs_name:
+                    raise RuntimeError(f"weight sync: the copy's {name} met the policy's {theirs_name}")
                 mine.copy_(theirs)  # casts to the copy's dtype
         self.model = self.own
 
-    @torch.inference_mode()
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
+        if self.bf16 and self.own is None:  # never synced (the baseline stage): the bf16 copy of the policy now
+            self.sync_weights(self.model)  # (a sharded policy is always synced first, through FullWeightsBackend)
+        return self._generate(prompts, sampling, progress)
+
+    @torch.inference_mode()
+    def _generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool) -> list[list[Completion]]:
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         if any(not e for e in encoded):
             raise ValueError("an empty prompt cannot be generated from")

@@ -8,7 +8,8 @@ backend's generation precision (`generation.dtype`), resolved beside it.
 - `bf16`: always on, also where it is slow: how CI exercises on an AVX2 machine what AMX/AVX512-BF16 machines run.
 - Weights already in bf16 (the full profile's policy) never get autocast: every matmul is bf16 already.
 - Generation never runs under autocast (it recast every weight at every decode step: slower than float32 here).
-  `generation.dtype` auto generates from a bf16 copy on CUDA and in float32 on a CPU; bfloat16 / float32 force it.
+  `generation.dtype` auto generates float32 weights from a bf16 copy on CUDA and in float32 on a CPU; bfloat16 /
+  float32 force it; bf16 weights generate as they are (no copy).
 The stage resolves both once (`resolved`, into its `Compute` record, a5core/model/compute.py); what is in force goes to
 the console and to the stage's run record (run_record.py).
 """
@@ -61,7 +62,7 @@ def resolve_generation(
     """(does the hf backend generate from a bf16 copy?, why) for `generation.dtype` on a device of `device_type`, for
     `weights` (the model.dtype). auto: bf16 on CUDA; float32 on every CPU, also those with fast bf16 (`flags` unused):
     there the copy generated GRPO's rollouts 1.2x faster in the real stage, and the default GRPO run trained on them
-    lost its gain (reports/roofline.md). Pure."""
+    lost its gain (reports/grpo_sweep.md#bf16-generation). Pure."""
     if weights != "float32":
         return False, f"{weights} weights: generation is {weights} already"
     if dtype == "float32":
@@ -70,7 +71,7 @@ def resolve_generation(
         return True, "generation.dtype: bfloat16"
     if device_type == "cuda":
         return True, "auto: CUDA"
-    return False, "auto: float32 on a CPU (bf16 rollouts measured in reports/roofline.md)"
+    return False, "auto: float32 on a CPU (bf16 rollouts: reports/grpo_sweep.md#bf16-generation)"
 
 
 def fast_bf16(device_type: str, flags: frozenset[str] | set[str]) -> tuple[bool, str]:

@@ -103,6 +103,14 @@ def replicates_text(intervals: dict[tuple[str, str], dict]) -> list[str]:
     return lines
 
 
+def generation_precision(autocast: dict) -> str:
+    """The hf backend's precision in a run record's autocast entry; records older than the setting generated under the
+    training's autocast."""
+    if "generation_bf16" in autocast:
+        return "bf16 (a copy of the weights)" if autocast["generation_bf16"] else "float32"
+    return "bf16 autocast" if autocast["bf16_autocast"] else "float32"
+
+
 def made_on_text(records: list[dict]) -> list[str]:
     """Which machine kind(s), autocast and commit(s) made the numbers, from the stages' run records."""
     if not records:
@@ -111,13 +119,11 @@ def made_on_text(records: list[dict]) -> list[str]:
     casts = sorted(
         {f"{a['mode']} (bf16 {'on' if a['bf16_autocast'] else 'off'})" for r in records if (a := r.get("autocast"))}
     )
-    generation = sorted(
-        {"bf16 copy" if a.get("generation_bf16") else "float32" for r in records if (a := r.get("autocast"))}
-    )  # the hf backend's precision (older records: float32 or autocast)
+    generation = sorted({generation_precision(a) for r in records if (a := r.get("autocast"))})
     commits = sorted({r.get("code_revision", "unknown") for r in records})
     return [
-        f"Made on: {'; '.join(kinds)}. model.autocast: {', '.join(casts) or 'not recorded'}; generation from "
-        f"{', '.join(generation) or 'not recorded'} weights. Code: {', '.join(commits)} ({len(records)} stage runs; "
+        f"Made on: {'; '.join(kinds)}. model.autocast: {', '.join(casts) or 'not recorded'}; generation in "
+        f"{', '.join(generation) or 'not recorded'}. Code: {', '.join(commits)} ({len(records)} stage runs; "
         "each stage's `run_record.json`). Reruns are bit-identical on the same machine kind with the same precisions; "
         "another CPU kind, precision or a GPU agrees only within the intervals.",
         "",

@@ -246,7 +246,7 @@ def validation_protocol(cfg: EvalConfig, validation_path: str, bf16: bool, promp
     the file's bytes: two writes of the same questions may differ in metadata) and whether it generates in `bf16`
     (the stage's `generation_bf16`: a record measured under another precision is measured again, not paired)."""
     questions = content_hash(entry.rows(validation_path, list(QUESTION_COLUMNS)), list(QUESTION_COLUMNS))
-    numerics = bf16
+    numerics = "copy" if bf16 else False  # older records hashed True for generation under bf16 autocast
     return fingerprint(
         {
             "validation": cfg,
