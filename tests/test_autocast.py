@@ -44,20 +44,18 @@ def test_resolution_table(mode, device, flags, on):
 
 
 @pytest.mark.parametrize(
-    "dtype, device, flags, weights, on",
+    "dtype, device, weights, on",
     [
-        ("float32", "cuda", {"amx_bf16"}, "float32", False),
-        ("bfloat16", "cpu", {"avx2"}, "float32", True),
-        ("auto", "cuda", set(), "float32", True),
-        ("auto", "cpu", {"avx2", "avx512f"}, "float32", False),
-        ("auto", "cpu", {"avx512f", "avx512_bf16"}, "float32", False),  # measured: GRPO lost its gain
-        ("auto", "cpu", {"amx_bf16"}, "float32", False),
-        ("bfloat16", "cpu", {"amx_bf16"}, "bfloat16", False),  # bf16 weights: no copy to make
+        ("float32", "cuda", "float32", False),
+        ("bfloat16", "cpu", "float32", True),
+        ("auto", "cuda", "float32", True),
+        ("auto", "cpu", "float32", False),  # also with avx512_bf16: measured, GRPO lost its gain
+        ("bfloat16", "cpu", "bfloat16", False),  # bf16 weights: no copy to make
     ],
 )
-def test_generation_resolution_table(dtype, device, flags, weights, on):
+def test_generation_resolution_table(dtype, device, weights, on):
     """generation.dtype for the hf backend: auto is bf16 on CUDA and float32 on CPUs, whatever model.autocast says."""
-    got, why = resolve_generation(dtype, device, flags, weights)
+    got, why = resolve_generation(dtype, device, weights)
     assert got is on and why
 
 

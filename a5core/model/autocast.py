@@ -53,16 +53,19 @@ def resolve(
         return False, "model.autocast: off"
     if mode == "bf16":
         return True, "model.autocast: bf16"
-    return fast_bf16(device_type, flags)
+    if device_type == "cuda":
+        return True, "auto: CUDA"
+    fast = sorted(set(FAST_BF16_FLAGS) & set(flags))
+    if fast:
+        return True, f"auto: the CPU has {', '.join(fast)}"
+    return False, f"auto: the CPU has neither {' nor '.join(FAST_BF16_FLAGS)}"
 
 
-def resolve_generation(
-    dtype: str, device_type: str, flags: frozenset[str] | set[str], weights: str = "float32"
-) -> tuple[bool, str]:
+def resolve_generation(dtype: str, device_type: str, weights: str = "float32") -> tuple[bool, str]:
     """(does the hf backend generate from a bf16 copy?, why) for `generation.dtype` on a device of `device_type`, for
-    `weights` (the model.dtype). auto: bf16 on CUDA; float32 on every CPU, also those with fast bf16 (`flags` unused):
-    there the copy generated GRPO's rollouts 1.2x faster in the real stage, and the default GRPO run trained on them
-    lost its gain (reports/grpo_sweep.md#bf16-generation). Pure."""
+    `weights` (the model.dtype). auto: bf16 on CUDA; float32 on every CPU, also those with fast bf16: there the copy
+    generated GRPO's rollouts 1.2x faster in the real stage, and the default GRPO run trained on them lost its gain
+    (reports/grpo_sweep.md#bf16-generation). Pure."""
     if weights != "float32":
         return False, f"{weights} weights: generation is {weights} already"
     if dtype == "float32":
@@ -72,16 +75,6 @@ def resolve_generation(
     if device_type == "cuda":
         return True, "auto: CUDA"
     return False, "auto: float32 on a CPU (bf16 rollouts: reports/grpo_sweep.md#bf16-generation)"
-
-
-def fast_bf16(device_type: str, flags: frozenset[str] | set[str]) -> tuple[bool, str]:
-    """What `auto` means: (bf16 here?, why): on CUDA and on CPUs with native bf16 matmul, not on others. Pure."""
-    if device_type == "cuda":
-        return True, "auto: CUDA"
-    fast = sorted(set(FAST_BF16_FLAGS) & set(flags))
-    if fast:
-        return True, f"auto: the CPU has {', '.join(fast)}"
-    return False, f"auto: the CPU has neither {' nor '.join(FAST_BF16_FLAGS)}"
 
 
 def resolved(
@@ -98,7 +91,7 @@ def resolved(
     device_type = torch.device(device).type
     on, why = resolve(mode, device_type, cpu_flags(), weights)
     on_float32, _ = resolve(mode, device_type, cpu_flags())
-    gen, gen_why = resolve_generation(generation, device_type, cpu_flags(), weights)
+    gen, gen_why = resolve_generation(generation, device_type, weights)
     if not quiet:
         print(f"autocast: bf16 {'on' if on else 'off'} for float32 weights on {device_type} ({why})", flush=True)
         if gen:
