@@ -163,14 +163,19 @@ def test_ctrl_c_ends_a_training_stage_in_one_line_naming_the_step_and_the_comman
     stage = [sys.executable, str(root / "stages" / "grpo.py"), "--params", "params.yaml", "--run", "step"]
     stage += ["--model", "model", "--train", data[0], "--validation", data[1], "--out", "out", "--metrics", "m.json"]
     stage += ["--live", "live", "--logs", "logs", "--scratch", "scratch", "--record", "rec/grpo"]
-    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"} | {"PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(stage, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 600
     for line in proc.stdout:  # the console line of optimizer step 2
         if "] step 2/" in line or time.monotonic() > deadline:
             break
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # seen once in CI (2026-12-06), not reproduced: say where it hangs next time
+        proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack to stderr
+        _, err = proc.communicate(timeout=60)
+        pytest.fail(f"the stage did not end within 120 s of Ctrl-C; its threads then:\n{err[-8000:]}")
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert last.startswith("interrupted: grpo@step at optimizer step ") and " of 50; `" in last, last
