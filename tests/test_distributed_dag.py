@@ -15,26 +15,11 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-from safetensors.torch import load_file
 
 from a5core.run.history import read_log
 from tests.support.repos import ok, ran_stages, repo_env, scratch_repo, tree_digest
-from tests.support.resume import kill_repo, sft_cmd, stage_runs, straight_killed_resumed
-
-
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(folder / "model.safetensors")
-
-
-def _close(a: Path, b: Path, atol: float = 1e-6) -> float:
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys()
-    gap = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-    assert gap <= atol, gap
-    return gap
-
+from tests.support.resume import kill_repo, sft_cmd, stage_runs, straight_killed_resumed, weights_close
 
 GRID = ("no_baseline", "reinforce_baseline")  # one GRPO run per machine
 UPSTREAM = {"check_params", "fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", "sft@filtered"}
@@ -103,7 +88,7 @@ def test_a_two_rank_sft_stage_equals_one_process_and_fsdp2(grid):
         r = at("dvc", "repro", "--single-item", "sft@filtered")
         ok(r)
         assert ran_stages(r) == {"sft@filtered"}, ran_stages(r)
-        _close(work / "models" / "sft_filtered", two)
+        weights_close(work / "models" / "sft_filtered", two)
         assert (work / "results" / "sft" / "filtered" / "metrics.json").read_text() == metrics, overrides
 
 
@@ -134,7 +119,7 @@ def test_a_killed_two_rank_stage_resumes_on_two_ranks_and_on_another_count(tmp_p
     (work / "other.yaml").write_text(yaml.safe_dump(other))
     ok(subprocess.run(_launch(sft_cmd("other_n", "other.yaml")), cwd=work, env=env, capture_output=True, text=True))
     assert timing.read_text().splitlines()[: 1 + killed_at] == before  # resumed: a fresh start measures anew
-    _close(work / "models" / "other_n", work / "models" / "straight", atol=1e-5)  # the 2-rank checkpoint, resumed
+    weights_close(work / "models" / "other_n", work / "models" / "straight", atol=1e-5)  # the 2-rank checkpoint
 
 
 def _grpo_cmd(out: str) -> list[str]:
@@ -184,4 +169,4 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path, staleness)
         one = {**params, "distributed": {**params["distributed"], "nproc": 1}}
         (work / "kill.yaml").write_text(yaml.safe_dump(one))
         ok(subprocess.run(_grpo_cmd("one"), cwd=work, env=env, capture_output=True, text=True))
-        _close(work / "models" / "one", work / "models" / "straight", atol=1e-5)
+        weights_close(work / "models" / "one", work / "models" / "straight", atol=1e-5)

@@ -12,6 +12,11 @@ SIGKILL at any moment leaves either the previous complete state or the new one.
   sizes check out but that fails to load is moved aside too, and the stage stops (`UnreadableShards`: the weights may
   be half loaded); run again, it starts from scratch.
 
+Preemption (`take_preemption_signals`, called by every training stage): SIGUSR1 (what the sbatch templates ask SLURM
+to send before the time limit) or SIGTERM (scancel, a node drained, torchrun stopping its ranks) makes the stage
+write a checkpoint at the next step boundary, whatever `checkpoint_every` says, and stop there (`Preempted`: exit
+`REQUEUE`). The ranks agree on the step (`due` asks every rank), so each writes the same one.
+
 States are loaded with `torch.load(weights_only=True)`: only tensors and plain containers, so a crafted file in
 `scratch/` cannot run code. A state that fails to load (truncated by a full disk, say) is moved aside with a
 warning and the run starts from scratch instead of failing on every rerun.
@@ -23,7 +28,9 @@ import hashlib
 import json
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +46,34 @@ class UnreadableShards(ProjectError):
     """A distributed checkpoint that failed to load after its sizes checked out; it was moved aside."""
 
     hint = "run the stage again: it starts from scratch"
+
+
+REQUEUE = 75  # a preempted stage's exit status (sysexits' EX_TEMPFAIL: try again), which the sbatch templates requeue
+PREEMPTING = (signal.SIGUSR1, signal.SIGTERM)
+_asked: list[str] = []  # the preempting signals this process received, by name, in order
+
+
+class Preempted(BaseException):
+    """A preempting signal came; the stage checkpointed at step `step` and stops (a BaseException: no `except
+    Exception` on the way up may swallow it). `args[0]`: what to say (the stage adds its name and step count)."""
+
+    def __init__(self, text: str, step: int):
+        super().__init__(text)
+        self.step = step
+
+
+def take_preemption_signals() -> None:
+    """From now on SIGUSR1 and SIGTERM only ask this process to checkpoint and stop at its next step boundary (in the
+    main thread; elsewhere, as in an in-process test's worker thread, nothing changes)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in PREEMPTING:
+            signal.signal(sig, lambda signum, _frame: _asked.append(signal.Signals(signum).name))
+
+
+def preemption_asked() -> str | None:
+    """The first preempting signal's name on any rank (a collective: every rank takes the same step), else None."""
+    asked = distributed.any_rank(bool(_asked))
+    return (_asked[0] if _asked else "a signal on another rank") if asked else None
 
 
 def fingerprint(params: Any, inputs: dict[str, str]) -> str:
@@ -120,6 +155,7 @@ class Checkpointer:
     def __init__(self, folder: str | Path, fp: str, every: int):
         self.folder, self.every = Path(folder), every
         self.loaded: Path | None = None  # the state folder `load` read (state/, or state.old/ after a kill)
+        self.preempted: str | None = None  # the preempting signal `due` saw: `save_training` then stops the run
         fp_file = self.folder / "fingerprint.txt"
         if distributed.is_main():  # one writer; the other ranks only read, after it (barrier)
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -158,7 +194,10 @@ class Checkpointer:
         return aside
 
     def due(self, step: int) -> bool:
-        return self.every > 0 and step % self.every == 0
+        """Whether to save after step `step`: every `every` steps, or now when a preempting signal came (asked of
+        every rank: every rank must call it at the same step)."""
+        self.preempted = preemption_asked()
+        return self.preempted is not None or (self.every > 0 and step % self.every == 0)
 
     def save(self, state: dict) -> None:
         """Write `state` (rank 0 of a distributed run; the others wait for it)."""
@@ -206,14 +245,17 @@ class Checkpointer:
         if not distributed.is_sharded(policy):
             state["model"] = distributed.model_state(policy)
             state["optimizer"] = distributed.optimizer_state(policy, optimizer)
-            return self.save(state)
-        tmp = self._fresh_tmp() if distributed.is_main() else None
-        distributed.barrier()
-        shards = self.folder / "state.tmp" / SHARDS
-        distributed.save_sharded(policy, optimizer, shards)  # a collective: every rank's files are written after it
-        if distributed.is_main():
-            self._write({**state, "shards": _shard_files(shards)}, tmp)
-        distributed.barrier()
+            self.save(state)
+        else:
+            tmp = self._fresh_tmp() if distributed.is_main() else None
+            distributed.barrier()
+            shards = self.folder / "state.tmp" / SHARDS
+            distributed.save_sharded(policy, optimizer, shards)  # a collective: every rank's files are written after it
+            if distributed.is_main():
+                self._write({**state, "shards": _shard_files(shards)}, tmp)
+            distributed.barrier()
+        if self.preempted:
+            raise Preempted(f"{self.preempted}: checkpointed after step {step}", step)
 
     def restore_training(self, policy, optimizer, scheduler=None) -> dict:
         """Load the last saved state into the objects and return it ({} when there is none)."""

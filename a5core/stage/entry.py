@@ -32,6 +32,7 @@ from a5core.base.errors import ProjectError
 from a5core.base.records import read_rows
 from a5core.base.typed import ConfigError, check_pinned_params, pin_params
 from a5core.run import preflight
+from a5core.run.checkpoint import REQUEUE, Preempted
 from a5core.run.dag import model_folder_problem
 
 
@@ -74,6 +75,9 @@ def run(main: Callable[[], None]) -> None:
     except KeyboardInterrupt as err:
         print(interrupted_line(str(err.args[0]) if err.args else ""), file=sys.stderr, flush=True)
         sys.exit(130)
+    except Preempted as stop:
+        print(preempted_line(str(stop.args[0])), file=sys.stderr, flush=True)
+        sys.exit(REQUEUE)
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             _record_for_torchrun(err)
@@ -121,6 +125,17 @@ def interrupted_line(where: str) -> str:
         else f"`{shlex.join([Path(sys.executable).name, *sys.argv])}`"
     )
     return f"interrupted: {where}; {again} continues it (a training stage from its last checkpoint)"
+
+
+def preempted_line(where: str) -> str:
+    """The one line a preempted training stage ends with (`where`: how far it got, the signal, the checkpoint's step):
+    what continues it, which the sbatch templates run by requeueing the job."""
+    again = (
+        "`dvc repro` (or the same `dvc exp run`; a requeued job runs it)"
+        if os.environ.get("DVC_STAGE")
+        else (f"`{shlex.join([Path(sys.executable).name, *sys.argv])}`")
+    )
+    return f"preempted: {where}; {again} continues from that checkpoint (exit {REQUEUE})"
 
 
 def args(*names: str, **extra) -> argparse.Namespace:

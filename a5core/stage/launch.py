@@ -23,6 +23,7 @@ a killed stage resumes there.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import os
 import re
@@ -36,8 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from a5core.config.sections import load_section
 from a5core.model.distributed import DistributedConfig
+from a5core.run.checkpoint import REQUEUE
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,8 @@ class Slurm:
         argv += ["--kill-on-bad-exit=1", "--export=ALL", f"--chdir={os.getcwd()}"]
         if self.cpus_per_task:
             argv.append(f"--cpus-per-task={self.cpus_per_task}")
-        return [*argv, *command(cfg, script, Placement(endpoint), run=f"slurm{self.job_id}")]
+        torchrun = command(cfg, script, Placement(endpoint), run=f"slurm{self.job_id}")
+        return [*argv, sys.executable, "-m", "a5core.stage.launch", NODE, *torchrun]  # `node_main` on each node
 
 
 def first_host(nodelist: str) -> str:
@@ -266,21 +271,47 @@ def pass_through(stream, feed: Callable[[str], None]) -> None:
         feed(pending)
 
 
+def _ignore_preemption() -> None:
+    """In torchrun's process, before it starts: SIGUSR1 is its ranks' (passed on to them by `run_torchrun`), and would
+    otherwise end torchrun itself (its default action)."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def pass_on_preemption(proc: subprocess.Popen, signalled: list[int]) -> None:
+    """From now on a SIGUSR1 here goes to `proc`'s children (torchrun's ranks: each in a session of its own), which
+    checkpoint at their next step boundary and exit REQUEUE (a5core.run.checkpoint); `signalled` notes it."""
+
+    def to_ranks(*_) -> None:
+        signalled.append(REQUEUE)
+        with contextlib.suppress(psutil.Error):
+            for rank in psutil.Process(proc.pid).children():
+                with contextlib.suppress(psutil.Error):
+                    rank.send_signal(signal.SIGUSR1)
+
+    signal.signal(signal.SIGUSR1, to_ranks)
+
+
 def run_torchrun(argv: list[str], stage: str) -> int:
-    """Run torchrun on this node, its stderr passed through; SIGTERM is passed on (torchrun stops its ranks), a
-    terminal's SIGINT reaches it directly: either then exits 143 or 130, with no failure line. When it fails: one last
-    line naming the host, the rank and the cause from torchrun's own summary (the signal's name, or the rank's error),
-    under the tracebacks."""
+    """Run torchrun on this node, its stderr passed through; SIGTERM is passed on (torchrun stops its ranks, which
+    first checkpoint if they reach a step boundary within its 30 s), a terminal's SIGINT reaches it directly: either
+    then exits 143 or 130, with no failure line; SIGUSR1 is passed on to the ranks (`pass_on_preemption`): they
+    checkpoint at their next step boundary and it exits REQUEUE. When it fails: one last line naming the host, the rank
+    and the cause from torchrun's own summary (the signal's name, or the rank's error), under the tracebacks."""
     signalled: list[int] = []
     signal.signal(signal.SIGINT, lambda *_: signalled.append(130))  # the terminal sent it to torchrun too: wait
     signal.signal(signal.SIGTERM, lambda *_: signalled.append(143))  # passed on below, once torchrun runs
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    signal.signal(signal.SIGUSR1, lambda *_: signalled.append(REQUEUE))
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, preexec_fn=_ignore_preemption)
     signal.signal(signal.SIGTERM, lambda *_: (signalled.append(143), proc.send_signal(signal.SIGTERM)))
     if 143 in signalled:  # it came before torchrun started
         proc.send_signal(signal.SIGTERM)
+    pass_on_preemption(proc, signalled)  # one that came before the ranks exist is lost with them: see `preempt`
     summary = RootCause()
     pass_through(proc.stderr, summary.feed)
     code = proc.wait()
+    if code and REQUEUE in signalled:
+        sys.stderr.write(f"preempted: {stage}: every rank checkpointed (above); rerunning continues from there\n")
+        return REQUEUE
     if code and signalled:  # stopped from outside (Ctrl-C, scancel, a time limit): the ranks said where; no failure
         return signalled[0]
     if code < 0:  # torchrun itself killed by a signal: the shell's convention, 128 + its number
@@ -303,6 +334,8 @@ def run_srun(argv: list[str], stage: str) -> int:
     # srun ends a step on SIGTERM; a single SIGINT only makes it print the tasks' status (it wants two in a second)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: proc.send_signal(signal.SIGTERM))
+    preempted: list[int] = []  # srun passes SIGUSR1 on to its tasks, each node's launcher (`node_main`): to the ranks
+    signal.signal(signal.SIGUSR1, lambda *_: (preempted.append(REQUEUE), proc.send_signal(signal.SIGUSR1)))
     failures, summary = [], RootCause()  # srun's error lines; the failed node's torchrun summary
 
     def feed(line: str) -> None:
@@ -313,6 +346,9 @@ def run_srun(argv: list[str], stage: str) -> int:
 
     pass_through(proc.stderr, feed)
     code = proc.wait()
+    if code and preempted:
+        sys.stderr.write(f"preempted: {stage}: every node's ranks checkpointed (above); rerunning continues there\n")
+        return REQUEUE
     if code:  # srun's first error line: the task that failed first (the others were stopped after it)
         first = failures[0] if failures else None
         where = f"on node {first[0]} (task {first[1]}: {first[2]})" if first else f"(srun exited with {code})"
@@ -328,8 +364,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NODE = "--node"  # `python -m a5core.stage.launch --node <torchrun argv>`: one node's share of an srun launch
+
+
+def node_main(torchrun: list[str]) -> None:
+    """One node's task of an srun launch: its torchrun (`run_torchrun`: SIGUSR1, which srun passes on, goes to the
+    ranks; a failure's last line names the rank), exiting with torchrun's status."""
+    script = torchrun[torchrun.index("--") + 1] if "--" in torchrun else torchrun[-1]
+    sys.exit(run_torchrun(torchrun, Path(script).name))
+
+
+def preempt(pid: int) -> list[int]:
+    """Ask the training stages running as or under process `pid` (a batch script's `dvc exp run`) to checkpoint and
+    stop: SIGUSR1 to the topmost processes of its tree that take the signal (a stage's process, or its launcher, which
+    passes it on), none that it would kill (DVC, a shell). Returns their pids. `python -m a5core.stage.launch
+    --preempt PID` (scripts/slurm/requeue.sh)."""
+    sent, todo = [], [psutil.Process(pid)]
+    while todo:
+        proc = todo.pop()
+        with contextlib.suppress(psutil.Error):
+            if takes_sigusr1(proc.pid):
+                proc.send_signal(signal.SIGUSR1)
+                sent.append(proc.pid)
+            else:
+                todo += proc.children()
+    return sent
+
+
+def takes_sigusr1(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGUSR1 (bit 10 of /proc/<pid>/status's SigCgt mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     script = list(sys.argv[1:] if argv is None else argv)
+    if script[:1] == [NODE]:
+        node_main(script[1:])
+    if script[:1] == ["--preempt"] and len(script) == 2 and script[1].isdigit():
+        sent = preempt(int(script[1]))
+        said = f"SIGUSR1 to the stage process(es) {sent}: each checkpoints at its next step boundary and stops"
+        print(f"a5: {said if sent else 'no training stage runs under ' + script[1]}", file=sys.stderr, flush=True)
+        sys.exit(0 if sent else 1)
     if not script or not script[0].endswith(".py"):
         sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
     cfg = load_section(DistributedConfig, "distributed", params_path(script))

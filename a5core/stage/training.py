@@ -31,7 +31,7 @@ from a5core.grader.pool import GraderPool
 from a5core.model import distributed, lora, microbatch
 from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
-from a5core.run.checkpoint import fingerprint
+from a5core.run.checkpoint import Preempted, fingerprint, take_preemption_signals
 from a5core.run.evaluation import Evaluation, evaluate_policy, first_completions
 from a5core.run.history import RunHistory, is_timing
 from a5core.stage import entry
@@ -152,6 +152,7 @@ def training_stage(
     section's; one pool when equal) so their imports overlap the model load, `training_start`, the run history, the
     validator (with `prompt`, default: the validation section's) and the validation of the policy in
     `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
+    take_preemption_signals()  # SIGUSR1/SIGTERM from now on: a checkpoint at the next step boundary, then `Preempted`
     ranks = load_section(distributed.DistributedConfig, "distributed", args.params)
     distributed.setup(ranks)
     validation = load_section(EvalConfig, "validation", args.params)
@@ -175,8 +176,13 @@ def training_stage(
         try:
             yield TrainingStage(name, start, pool, validate, history, protocol, initial)
         except KeyboardInterrupt:  # Ctrl-C: entry.run ends the stage with one line saying how far it got
-            done = f"optimizer step {history.optimizer_steps} of {history.total_steps or '?'}"
-            raise KeyboardInterrupt(f"{name} at {done}") from None
+            raise KeyboardInterrupt(f"{name} at {_steps_done(history)}") from None
+        except Preempted as stop:  # entry.run: one line, exit REQUEUE
+            raise Preempted(f"{name} at {_steps_done(history)} ({stop.args[0]})", stop.step) from None
+
+
+def _steps_done(history: RunHistory) -> str:
+    return f"optimizer step {history.optimizer_steps} of {history.total_steps or '?'}"
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:

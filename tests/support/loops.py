@@ -13,6 +13,8 @@ May import: a5core and torch. Test modules import this; it imports no test modul
 """
 
 import copy
+import os
+import signal
 
 import torch
 
@@ -121,16 +123,19 @@ class StubValidator:
 
 
 class DyingHistory(RunHistory):
-    """A RunHistory whose process is 'killed' (KeyboardInterrupt) when it logs train step `die_at`."""
+    """A RunHistory whose process is 'killed' (KeyboardInterrupt) when it logs train step `die_at`, and sent SIGUSR1
+    (a preemption) when it logs train step `signal_at`."""
 
-    def __init__(self, folder, die_at=None, **kw):
+    def __init__(self, folder, die_at=None, signal_at=None, **kw):
         super().__init__(folder / "live", folder / "logs", name="test", total_steps=0, **kw)
-        self.die_at = die_at
+        self.die_at, self.signal_at = die_at, signal_at
 
     def log(self, kind, row, *, echo=True):
         super().log(kind, row, echo=echo)
         if kind == "train" and row["step"] == self.die_at and echo:
             raise KeyboardInterrupt("killed")
+        if kind == "train" and row["step"] == self.signal_at and echo:
+            os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def flat_grads(model) -> torch.Tensor:
@@ -159,12 +164,22 @@ def grpo_cfg(**kw) -> GRPOConfig:
 
 
 def run_grpo(
-    policy, tok, folder, cfg, texts=(" good", " bad"), ckpt=None, die_at=None, backend=None, validate=None, initial=None
+    policy,
+    tok,
+    folder,
+    cfg,
+    texts=(" good", " bad"),
+    ckpt=None,
+    die_at=None,
+    backend=None,
+    validate=None,
+    initial=None,
+    signal_at=None,
 ):
     """train_grpo on ROWS with the stand-ins (a StubBackend of `texts` unless `backend`, a StubValidator unless
-    `validate`), logging under `folder`; `die_at`: killed when logging that train step; `initial`: the start's
-    validation record (default INITIAL). Returns (the run's details, its history)."""
-    with DyingHistory(folder, die_at) as history:
+    `validate`), logging under `folder`; `die_at`: killed when logging that train step (`signal_at`: sent SIGUSR1);
+    `initial`: the start's validation record (default INITIAL). Returns (the run's details, its history)."""
+    with DyingHistory(folder, die_at, signal_at) as history:
         result = train_grpo(
             policy,
             tok,

@@ -82,6 +82,17 @@ def kill_when(cmd: list[str], cwd: Path, env: dict, until: Callable[[], bool], t
     proc.wait()
 
 
+def weights_close(a: Path, b: Path, atol: float = 1e-6) -> float:
+    """The largest gap between two model folders' weights, asserted at most `atol` (same tensor names)."""
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    gap = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert gap <= atol, gap
+    return gap
+
+
 def rows_logged(log: Path, rows: int) -> Callable[[], bool]:
     """True once the CSV `log` holds more than `rows` rows (the header line not counted)."""
     return lambda: log.exists() and log.read_text().count("\n") > rows
