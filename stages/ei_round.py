@@ -16,11 +16,18 @@ from a5core.base.seeds import derive_seed
 from a5core.config.sections import load_run, load_section
 from a5core.rl.ei import EIConfig, ei_round, history_row
 from a5core.rl.sft import SFTConfig
-from a5core.run.checkpoint import clear_scratch, fingerprint
+from a5core.run.checkpoint import fingerprint
 from a5core.run.history import read_log, write_csv
 from a5core.run.stage_reports import ei_report
 from a5core.stage import entry
-from a5core.stage.training import training_stage, validation_record, write_results
+from a5core.stage.training import (
+    finished_before,
+    keep_outputs,
+    put_back,
+    training_stage,
+    validation_record,
+    write_results,
+)
 
 
 def _history(args) -> list[dict]:
@@ -71,6 +78,26 @@ def write_outputs(args, ts, rounds: list[dict], result, prov: dict) -> None:
     write_text(ei_report(args.run, rounds, result.details), args.report)
 
 
+def _train(ts, args, cfg: EIConfig, sft_cfg: SFTConfig, train: list[dict], fp: str):
+    """The EI round of the stage (`ts`), resumable from `args.scratch` (its rollouts and SFT keyed by `fp`)."""
+    return ei_round(
+        ts.start.policy,
+        ts.start.tokenizer,
+        ts.start.backend,
+        train_rows=train,
+        round_idx=args.round,
+        cfg=cfg,
+        sft_cfg=sft_cfg,
+        pool=ts.pool,
+        validate=ts.validate,
+        history=ts.history,
+        scratch=args.scratch,
+        fp=fp,
+        n_completions=ts.start.logging.completions,
+        compute=ts.start.compute,
+    )
+
+
 def main() -> None:
     args = entry.args(*PATHS, round=int, history=str, seed=int)
     rounds = _history(args)
@@ -93,27 +120,16 @@ def main() -> None:
         params = {"ei": cfg, "train_reward": cfg.train_reward, "sft": sft_cfg, "validation": ts.start.validation}
         params |= {"round": args.round, **ts.start.numerics()}
         rounds = rounds or [history_row(0, ts.initial["metrics"])]  # round 0: the initial policy
-        result = ei_round(
-            ts.start.policy,
-            ts.start.tokenizer,
-            ts.start.backend,
-            train_rows=train,
-            round_idx=args.round,
-            cfg=cfg,
-            sft_cfg=sft_cfg,
-            pool=ts.pool,
-            validate=ts.validate,
-            history=ts.history,
-            scratch=args.scratch,
-            fp=fingerprint(params, inputs),
-            n_completions=ts.start.logging.completions,
-            compute=ts.start.compute,
-        )
+        fp = fingerprint(params, inputs)
+        result = None if finished_before(args, fp) else _train(ts, args, cfg, sft_cfg, train, fp)
+    if result is None:
+        return put_back(args, fp, name)
     write_outputs(args, ts, rounds, result, provenance(name, params, inputs))
+    if ts.main:
+        ts.write_run_record(args.record)
+    keep_outputs(args, fp)  # the resume state gives way to the outputs, kept until DVC has them
     if not ts.main:
         return
-    clear_scratch(args.scratch)  # resume state is for crashes only: a later run may run other code
-    ts.write_run_record(args.record)
     kept, rollouts = result.details["count/kept"], result.details["count/rollouts"]
     print(
         f"{name}: kept {kept}/{rollouts} rollouts, validation accuracy {rounds[-2]['eval/accuracy']:.3f} -> "

@@ -9,7 +9,7 @@ from a5core.rl.grpo import GRPOConfig, train_grpo
 from a5core.run.checkpoint import Checkpointer, fingerprint
 from a5core.run.history import timings
 from a5core.stage import entry
-from a5core.stage.training import Snapshots, training_stage, write_results
+from a5core.stage.training import Snapshots, finished_before, keep_outputs, put_back, training_stage, write_results
 
 
 def run_config(args) -> tuple[GRPOConfig, str]:
@@ -18,6 +18,25 @@ def run_config(args) -> tuple[GRPOConfig, str]:
     if args.seed is None:
         return cfg, f"grpo@{args.run}"
     return dataclasses.replace(cfg, seed=args.seed), f"grpo_replicate@{args.run}-{args.seed}"
+
+
+def _train(ts, args, cfg: GRPOConfig, train: list[dict], fp: str, params: dict, name: str):
+    """The GRPO run of the stage (`ts`), resumable from `args.scratch` (checkpoints keyed by `fp`)."""
+    return train_grpo(
+        ts.start.policy,
+        ts.start.tokenizer,
+        ts.start.backend,
+        train_rows=train,
+        cfg=cfg,
+        pool=ts.pool,
+        validate=ts.validate,
+        history=ts.history,
+        ckpt=Checkpointer(args.scratch, fp, cfg.checkpoint_every),
+        initial=ts.initial,
+        n_completions=ts.start.logging.completions,
+        snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
+        compute=ts.start.compute,
+    )
 
 
 def main() -> None:
@@ -43,29 +62,17 @@ def main() -> None:
         inputs = {"model": args.model, "train": args.train, "validation": args.validation}
         params = {"grpo": cfg, "train_reward": cfg.train_reward, "validation": ts.start.validation}
         params |= ts.start.numerics()
-        ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-        result = train_grpo(
-            ts.start.policy,
-            ts.start.tokenizer,
-            ts.start.backend,
-            train_rows=train,
-            cfg=cfg,
-            pool=ts.pool,
-            validate=ts.validate,
-            history=ts.history,
-            ckpt=ckpt,
-            initial=ts.initial,
-            n_completions=ts.start.logging.completions,
-            snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
-            compute=ts.start.compute,
-        )
+        fp = fingerprint(params, inputs)
+        result = None if finished_before(args, fp) else _train(ts, args, cfg, train, fp, params, name)
+    if result is None:
+        return put_back(args, fp, name)
     ts.save(args.out, result.final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
         write_results(args.metrics, result.final, ts.initial, protocol=ts.protocol, **result.details)
-    ckpt.clear()  # after the results: a kill before it resumes instead of training again
+        ts.write_run_record(args.record, **timings(result.details))
+    keep_outputs(args, fp)  # the resume state gives way to the outputs, kept until DVC has them
     if not ts.main:
         return
-    ts.write_run_record(args.record, **timings(result.details))
     print(
         f"{name}: validation accuracy {result.final.metrics['eval/accuracy']:.3f} "
         f"(best {result.details['best_accuracy']:.3f} at optimizer step {result.details['best_step']})"

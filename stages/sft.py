@@ -10,7 +10,24 @@ from a5core.data.sft_traces import select_examples
 from a5core.rl.sft import SFTConfig, train_sft
 from a5core.run.checkpoint import Checkpointer, fingerprint
 from a5core.stage import entry
-from a5core.stage.training import Snapshots, training_stage, write_results
+from a5core.stage.training import Snapshots, finished_before, keep_outputs, put_back, training_stage, write_results
+
+
+def _train(ts, args, cfg: SFTConfig, rows: list[dict], fp: str, params: dict, name: str):
+    """The SFT run of the stage (`ts`), resumable from `args.scratch` (checkpoints keyed by `fp`)."""
+    return train_sft(
+        ts.start.policy,
+        ts.start.tokenizer,
+        rows=rows,
+        cfg=cfg,
+        validate=ts.validate,
+        history=ts.history,
+        initial=ts.initial,
+        ckpt=Checkpointer(args.scratch, fp, cfg.checkpoint_every),
+        n_completions=ts.start.logging.completions,
+        snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
+        compute=ts.start.compute,
+    )
 
 
 def main() -> None:
@@ -28,28 +45,18 @@ def main() -> None:
     with training_stage(args, name, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial) as ts:
         inputs = {"model": args.model, "data": args.data, "validation": args.validation}
         params = {"sft": cfg, "run": run, "validation": ts.start.validation, **ts.start.numerics()}
-        ckpt = Checkpointer(args.scratch, fingerprint(params, inputs), cfg.checkpoint_every)
-        result = train_sft(
-            ts.start.policy,
-            ts.start.tokenizer,
-            rows=rows,
-            cfg=cfg,
-            validate=ts.validate,
-            history=ts.history,
-            initial=ts.initial,
-            ckpt=ckpt,
-            n_completions=ts.start.logging.completions,
-            snapshot=Snapshots(f"checkpoints/{name}", ts.start.logging.save_every, ts.start.tokenizer, params),
-            compute=ts.start.compute,
-        )
+        fp = fingerprint(params, inputs)
+        result = None if finished_before(args, fp) else _train(ts, args, cfg, rows, fp, params, name)
+    if result is None:
+        return put_back(args, fp, name)
     final = result.final
     ts.save(args.out, final, params, inputs)
     if ts.main:  # rank 0 of a distributed run writes the results
         write_results(args.metrics, final, ts.initial, protocol=ts.protocol, examples=len(rows), **result.details)
-    ckpt.clear()  # after the results: a kill before it resumes instead of training again
+        ts.write_run_record(args.record)
+    keep_outputs(args, fp)  # the resume state gives way to the outputs, kept until DVC has them
     if not ts.main:
         return
-    ts.write_run_record(args.record)
     print(
         f"{name}: {len(rows)} examples, validation accuracy {final.metrics['eval/accuracy']:.3f} "
         f"[{final.metrics['eval/accuracy_lo']:.3f}, {final.metrics['eval/accuracy_hi']:.3f}]"

@@ -5,15 +5,18 @@ import csv
 import hashlib
 import os
 import pickle
+import shutil
 import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 
-from a5core.run.checkpoint import Checkpointer, clear_scratch
-from tests.support.repos import ok, tree_digest
-from tests.support.resume import kill_repo, kill_when, sft_cmd, stage_runs, straight_killed_resumed
+from a5core.run.checkpoint import Checkpointer
+from tests.support.repos import ok, repo_env, tree_digest
+from tests.support.resume import kill_repo, kill_when, no_resume_state, sft_cmd, stage_runs, straight_killed_resumed
 
 
 class Payload:
@@ -55,14 +58,36 @@ def test_a_changed_fingerprint_resumes_from_nothing_left_over(tmp_path):
     assert not (tmp_path / "state.old").exists()
 
 
-def test_clear_scratch_leaves_no_empty_folders(tmp_path):
-    run = tmp_path / "repo" / "scratch" / "ei_G4" / "round_1"
+def test_a_finished_runs_outputs_are_kept_until_dvcs_cache_holds_them(tmp_path, monkeypatch):
+    """kept.py: `keep` replaces the resume state by hard links to the outputs (the same inodes: no extra disk) and
+    their md5s; `put_back` restores them where DVC deleted them, for the same fingerprint only; `prune` deletes a kept
+    folder once DVC's cache holds each file (a real DVC repository's cache, its path from DVC's API), then the
+    folders left empty."""
+    from a5core.run import kept
+
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], check=True)
+    run = Path("scratch") / "ei_G4" / "round_1"
     Checkpointer(run / "sft", "fp", 1).save({"step": 1})
-    (tmp_path / "repo" / "scratch" / "other").mkdir()
-    clear_scratch(run)
-    assert not (tmp_path / "repo" / "scratch" / "ei_G4").exists() and (tmp_path / "repo" / "scratch" / "other").exists()
-    clear_scratch(tmp_path / "repo" / "scratch" / "other")
-    assert not (tmp_path / "repo" / "scratch").exists() and (tmp_path / "repo").exists()
+    (Path("models") / "m").mkdir(parents=True)
+    (Path("models") / "m" / "w.bin").write_bytes(b"weights")
+    Path("metrics.json").write_text("{}")
+    kept.keep(run, "fp", ["models/m", "metrics.json", "absent"])
+    assert sorted(p.name for p in run.iterdir()) == ["finished"]  # the resume state is gone
+    assert (run / "finished" / "0").stat().st_ino == (Path("models") / "m" / "w.bin").stat().st_ino
+    assert kept.has(run, "fp") and not kept.has(run, "other")
+    shutil.rmtree("models")  # what DVC does before it runs a stage again
+    Path("metrics.json").unlink()
+    assert kept.put_back(run, "fp") == 2
+    assert (Path("models") / "m" / "w.bin").read_bytes() == b"weights" and Path("metrics.json").read_text() == "{}"
+    assert kept.prune() == [] and kept.has(run, "fp")  # DVC's cache does not hold them yet
+    subprocess.run([sys.executable, "-m", "dvc", "add", "-q", "models/m", "metrics.json"], check=True)
+    (Path("scratch") / "other").mkdir()
+    assert kept.prune() == [run / "finished"]
+    assert not (Path("scratch") / "ei_G4").exists() and (Path("scratch") / "other").exists()
+    kept.keep(run, "fp", ["metrics.json"])
+    assert kept.put_back(run, "another run's") == 0 and not (run / "finished").exists()  # never another run's
 
 
 def _sha(path: Path) -> str:
@@ -81,7 +106,7 @@ def test_sigkill_mid_training_then_resume_gives_identical_weights(tmp_path):
     assert tree_digest(work / "results" / "resumed") == tree_digest(work / "results" / "straight")
     assert (work / "run_records" / "resumed" / "run_record.json").exists()
     assert (work / "results" / "resumed" / "logs" / "train.csv").read_text().count("\n") == 25  # header + 24 steps
-    assert not (work / "scratch").exists()
+    no_resume_state(work / "scratch")
     # a checkpoint truncated as by a full disk: the run warns, restarts from scratch, and still ends identical
     state = work / "scratch" / "trunc" / "state" / "state.pt"
     kill_when(sft_cmd("trunc"), work, env, state.exists)
@@ -153,3 +178,38 @@ def stage_names(work: Path) -> list[str]:
     from a5core.run.dag import dag_stages
 
     return [name for name, _, _ in dag_stages(read_params(work / "params.yaml"), work)]
+
+
+@pytest.mark.slow
+def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_of_training_again(tmp_path):
+    """Issue 58, item 3: DVC killed between a training stage's command and its commit (what a full cache disk, a time
+    limit or a lost node leaves: outputs in the workspace, no dvc.lock entry). The rerun, after DVC deleted those
+    outputs, puts them back from scratch/ (byte for byte; nothing trained) and DVC commits them; the next stage's
+    start deletes the kept folder, once DVC's cache holds its files."""
+    work, _, _ = kill_repo(tmp_path)
+    at = partial(subprocess.run, cwd=work, env=repo_env(work), capture_output=True, text=True)
+    spec = (work / "dvc.yaml").read_text()
+    cmd_end = "--record run_records/sft/${key}\n"  # the end of the sft stages' command
+    assert spec.count(cmd_end) == 1
+    (work / "dvc.yaml").write_text(spec.replace(cmd_end, cmd_end.rstrip("\n") + " && kill -9 $PPID\n"))
+    r = at(["dvc", "repro", "--single-item", "sft@8"])  # $PPID: the shell's parent, DVC
+    assert r.returncode == -9, r.stdout[-2000:] + r.stderr[-2000:]
+    outs = [work / "models" / "sft_8", work / "results" / "sft" / "8", work / "run_records" / "sft" / "8"]
+
+    def files() -> list[dict]:  # every file's bytes by path, the run record's too (DVC's .gitignore files aside)
+        return [
+            {p.relative_to(o): p.read_bytes() for p in sorted(o.rglob("*")) if p.is_file() and p.name != ".gitignore"}
+            for o in outs
+        ]
+
+    made = files()
+    assert all(made) and "sft@8" not in (work / "dvc.lock").read_text()  # written, never committed
+    assert sorted(p.name for p in (work / "scratch" / "sft_8").iterdir()) == ["finished"]  # no resume state
+    (work / "dvc.yaml").write_text(spec)
+    r = at(["dvc", "repro", "--single-item", "sft@8"])
+    ok(r)
+    assert "sft@8: put back the " in r.stdout and "nothing trained" in r.stdout, r.stdout[-3000:]
+    assert files() == made  # the run record too: the outputs of the run that trained
+    assert "sft@8" in (work / "dvc.lock").read_text() and "up to date" in at(["dvc", "status", "sft@8"]).stdout
+    ok(at(["dvc", "repro", "--single-item", "--force", "check_params"]))  # any stage's start prunes
+    assert not (work / "scratch").exists()

@@ -20,7 +20,7 @@ import yaml
 
 from a5core.base import typed
 from a5core.base.typed import ParamsChanged, check_pinned_params, pin_params, read_params
-from a5core.run.checkpoint import clear_scratch
+from a5core.run.kept import keep
 from tests.support.repos import ok, ran_stages, scratch_repo
 from tools.repo_env import repo_env
 
@@ -51,7 +51,7 @@ def test_other_values_at_the_end_fail_it_and_keep_its_checkpoint(pinned, tmp_pat
     scratch = tmp_path / "scratch" / "sft_x"
     scratch.mkdir(parents=True)
     with pytest.raises(ParamsChanged):
-        clear_scratch(scratch)  # the resume state stays: a rerun at the params it was made with resumes
+        keep(scratch, "fp", [])  # the resume state stays: a rerun at the params it was made with resumes
     assert scratch.exists()
     pinned.unlink()
     with pytest.raises(ParamsChanged):

@@ -59,6 +59,17 @@ def test_every_stage_that_grades_depends_on_the_custom_rewards():
         assert ("rewards" in body["deps"]) == grades, name
 
 
+def test_settings_that_change_no_output_key_no_stage():
+    """Issue 58: logging.tracker (TensorBoard's files are no output) and logging.console_every (the console) are in no
+    stage's params, so switching them reruns nothing but check_params (tests/test_smoke_dag.py runs that); the logging
+    keys that change outputs (completions, save_every) are listed by every training stage."""
+    for name, stage in _stages().items():
+        params = [p for p in _body(stage).get("params", []) if isinstance(p, str)]
+        assert not {"logging", "logging.tracker", "logging.console_every"} & set(params), (name, params)
+        if "distributed" in params:  # a training stage
+            assert {"logging.completions", "logging.save_every"} <= set(params), (name, params)
+
+
 def test_eval_params_belong_to_the_zero_shot_eval_only():
     for name, stage in _stages().items():
         params = [p.split(".")[0] for p in _body(stage).get("params", []) if isinstance(p, str)]

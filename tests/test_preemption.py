@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.support.repos import ok, tree_digest
-from tests.support.resume import checkpoint_step, kill_repo, rows_logged, sft_cmd, weights_close
+from tests.support.resume import checkpoint_step, kill_repo, no_resume_state, rows_logged, sft_cmd, weights_close
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
@@ -86,7 +86,7 @@ def test_sigusr1_checkpoints_at_the_next_step_and_the_requeued_run_ends_where_an
     ok(subprocess.run(batch, cwd=work, env=env2, capture_output=True, text=True))  # the requeued job
     assert requeued.read_text() == "4243\n"  # it ended: no second requeue
     weights_close(work / "models" / "two", work / "models" / "straight", atol=1e-5)
-    assert not (work / "scratch").exists()
+    no_resume_state(work / "scratch")
 
 
 CATCHER = """import signal, subprocess, sys, time

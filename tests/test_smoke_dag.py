@@ -109,6 +109,11 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     r = run("dvc", "exp", "run", "-n", "baseline", "-S", "profile=smoke")  # the README's experiment section
     ok(r)
     assert ran_stages(r) <= {"check_params"}, ran_stages(r)  # it records the results there are
+    quiet = ("-S", "logging.tracker=tensorboard", "-S", "logging.console_every=5")  # settings that change no output
+    r = run("dvc", "exp", "run", "-n", "quiet", "-S", "profile=smoke", *quiet)
+    ok(r)
+    assert ran_stages(r) <= {"check_params"}, ran_stages(r)  # key no stage (issue 58)
+    ok(run("dvc", "exp", "remove", "quiet"))  # out of the experiments table below
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.lr=3e-6")  # the README's form
     ok(r)
     # the GRPO runs rerun; the plots rerun only if their results changed (the smoke model's rollouts may all score

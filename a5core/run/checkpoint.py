@@ -38,7 +38,6 @@ from typing import Any
 import torch
 
 from a5core.base.errors import ProjectError
-from a5core.base.typed import check_pinned_params
 from a5core.model import distributed
 
 
@@ -277,33 +276,3 @@ class Checkpointer:
             scheduler.load_state_dict(state["scheduler"])
         set_rng_state(_this_ranks(state["rng"]))
         return state
-
-    def clear(self) -> None:
-        """Delete the folder, and its parents up to `scratch/` when they are left empty (rank 0); every rank first
-        checks that the params file is the one the stage started with (`clear_scratch`)."""
-        check_pinned_params()
-        distributed.barrier()
-        if distributed.is_main():
-            clear_scratch(self.folder)
-
-
-def clear_scratch(folder: str | Path) -> None:
-    """Delete a stage's scratch folder (resume state is for crashes only) and the empty folders above it; kept when
-    the params file holds other values than the stage ran with (`ParamsChanged`: the stage stops, a rerun at its
-    params resumes)."""
-    check_pinned_params()
-    shutil.rmtree(folder, ignore_errors=True)
-    remove_empty_parents(Path(folder))
-
-
-def remove_empty_parents(folder: Path, stop: str = "scratch") -> None:
-    """Remove `folder`'s empty parents up to and including the nearest one named `stop` (none: nothing)."""
-    parents = list(Path(folder).resolve().parents)
-    names = [p.name for p in parents]
-    if stop not in names:
-        return
-    for parent in parents[: names.index(stop) + 1]:
-        try:
-            parent.rmdir()  # only succeeds when empty
-        except OSError:
-            return

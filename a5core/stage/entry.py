@@ -31,7 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 from a5core.base.errors import ProjectError
 from a5core.base.records import read_rows
 from a5core.base.typed import ConfigError, check_pinned_params, pin_params
-from a5core.run import preflight
+from a5core.run import kept, preflight
 from a5core.run.checkpoint import REQUEUE, Preempted
 from a5core.run.dag import model_folder_problem
 
@@ -140,8 +140,9 @@ def preempted_line(where: str) -> str:
 
 def args(*names: str, **extra) -> argparse.Namespace:
     """`--name PATH` for each name, plus typed extras; then the pre-flight (a5core/run/preflight.py) and the stage's
-    input model folder. The whole params file is checked by the check_params stage, which every stage is downstream
-    of; a stage's own sections are checked again as it loads them (`load_section`)."""
+    input model folder; first, the outputs kept in scratch/ that DVC's cache now holds are deleted (`kept.prune`).
+    The whole params file is checked by the check_params stage, which every stage is downstream of; a stage's own
+    sections are checked again as it loads them (`load_section`)."""
     quiet_known_noise()
     announce()  # one line on the whole pipeline, from a process of its own (below)
     parser = argparse.ArgumentParser()
@@ -151,6 +152,8 @@ def args(*names: str, **extra) -> argparse.Namespace:
         parser.add_argument(f"--{name}", type=tp, default=None)
     parser.add_argument("--params", default="params.yaml")
     parsed = parser.parse_args()
+    if os.environ.get("RANK", "0") == "0":  # one process of a distributed stage
+        kept.prune()  # finished stages' outputs kept in scratch/ that DVC's cache now holds (a5core/run/kept.py)
     pin_params(parsed.params)  # the stage reads these values; other values at its end (a second experiment) fail it
     try:
         # a GPU profile on a machine that cannot run it: the user must hear "no CUDA here" before being sent to fetch

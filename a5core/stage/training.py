@@ -24,6 +24,7 @@ from a5core.base.artifacts import content_hash, default_modes, fresh_dir, proven
 from a5core.base.run_record import write_run_record
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import paired_difference
+from a5core.base.typed import check_pinned_params
 from a5core.config.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
 from a5core.config.sections import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
 from a5core.generation import make_backend
@@ -31,6 +32,7 @@ from a5core.grader.pool import GraderPool
 from a5core.model import distributed, lora, microbatch
 from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
+from a5core.run import kept
 from a5core.run.checkpoint import Preempted, fingerprint, take_preemption_signals
 from a5core.run.evaluation import Evaluation, evaluate_policy, first_completions
 from a5core.run.history import RunHistory, is_timing
@@ -183,6 +185,34 @@ def training_stage(
 
 def _steps_done(history: RunHistory) -> str:
     return f"optimizer step {history.optimizer_steps} of {history.total_steps or '?'}"
+
+
+def finished_before(args: argparse.Namespace, fp: str) -> bool:
+    """Whether `args.scratch` keeps the outputs of a finished run of fingerprint `fp` (a5core/run/kept.py: DVC's commit
+    of them did not happen); rank 0 reads, every rank gets the answer. The stage then trains nothing and, once its
+    history is closed, `put_back` restores them."""
+    return bool(distributed.from_main(kept.has(args.scratch, fp) if distributed.is_main() else None))
+
+
+def put_back(args: argparse.Namespace, fp: str, name: str) -> None:
+    """Restore the outputs `finished_before` found (rank 0), saying so in one line."""
+    if distributed.is_main():
+        n = kept.put_back(args.scratch, fp)
+        print(
+            f"{name}: put back the {n} output files of a finished run of these params and inputs (kept in "
+            f"{args.scratch}/{kept.KEPT} because DVC had not committed them): nothing trained"
+        )
+
+
+def keep_outputs(args: argparse.Namespace, fp: str) -> None:
+    """A training stage's last step, on every rank once its outputs are written: its resume state in `args.scratch`
+    gives way to its outputs (`--out`, the folder of `--metrics`, `--record`), kept until DVC's cache holds them
+    (a5core/run/kept.py); refused when the params file changed under the stage (`ParamsChanged`: the state stays)."""
+    check_pinned_params()
+    distributed.barrier()
+    if distributed.is_main():
+        kept.keep(args.scratch, fp, [args.out, str(Path(args.metrics).parent), args.record])
+    distributed.barrier()
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:

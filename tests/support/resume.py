@@ -10,7 +10,8 @@ the checkpoint the killed attempt left; the caller compares what the straight an
 - `checkpointer(root, name)`: the Checkpointer of an in-process run (`root/ck`), none for the straight run.
 - Stage processes: `stage_runs(command, work, env)` makes `run` for a stage's command line; `kill_when` starts a
   command and SIGKILLs it (every process under it) once a condition holds; `rows_logged`, `checkpoint_step`;
-  `kill_repo` (a smoke repo with the baseline run and kill.yaml: long enough to kill) and `sft_cmd` (its SFT stage).
+  `kill_repo` (a smoke repo with the baseline run and kill.yaml: long enough to kill) and `sft_cmd` (its SFT stage);
+  `no_resume_state` after a stage finished, `weights_close` to compare two model folders.
 
 May import: the standard library, a5core, torch, PyYAML, psutil, pytest and tests/support. Test modules import
 this; it imports no test module.
@@ -80,6 +81,13 @@ def kill_when(cmd: list[str], cwd: Path, env: dict, until: Callable[[], bool], t
                 p.kill()
         psutil.wait_procs(tree[1:], timeout=30)
     proc.wait()
+
+
+def no_resume_state(scratch: Path) -> None:
+    """Asserts that a finished stage left no resume state under `scratch`: at most its outputs, kept (as hard links)
+    in `finished/` until DVC's cache holds them (a5core/run/kept.py)."""
+    left = [p for p in scratch.rglob("*") if p.is_file() and "finished" not in p.relative_to(scratch).parts]
+    assert not left, left
 
 
 def weights_close(a: Path, b: Path, atol: float = 1e-6) -> float:

@@ -1,0 +1,139 @@
+"""A finished training stage's outputs, kept in its scratch folder until DVC's cache holds them.
+
+DVC commits a stage's outputs after its command exits; if that commit does not happen (DVC killed, its cache's disk
+full, the job's time up), DVC deletes the outputs before it runs the stage again, and the resume state was already
+gone: the stage trained again from step 0. So a training stage ends with `keep`: hard links to every file it wrote
+(no extra disk while the workspace holds them; a copy where scratch/ is on another filesystem) and their md5s, in
+`<scratch>/finished/`, in place of its resume state. Run again with the same fingerprint (params and inputs), it
+finds them (`put_back`), links them back and exits at once; DVC then commits them. Every stage's start (`prune`,
+from a5core.stage.entry) deletes the kept folders whose files DVC's cache holds (by md5), so they last as long as
+they may be needed. No torch: the plain files, and DVC's API for where its cache is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from a5core.base.typed import check_pinned_params
+
+KEPT = "finished"
+MANIFEST = "manifest.json"
+
+
+def _files(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*") if p.is_file()) if out.is_dir() else [out] if out.is_file() else []
+
+
+def _md5(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "md5").hexdigest()
+
+
+def _link(src: Path, dst: Path) -> None:
+    """`dst` as a hard link to `src`, or a copy where they are on different filesystems (or links are refused)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError as err:
+        if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copy2(src, dst)
+
+
+def keep(folder: str | Path, fp: str, outputs: list[str]) -> None:
+    """After a stage wrote all of `outputs` (files and folders): everything else in `folder` (the resume state) is
+    replaced by `folder/finished/`, the outputs' files linked there by number, with a manifest of their paths, md5s
+    and the run's fingerprint `fp`. Written to finished.tmp/ and renamed: a kill leaves the state or the kept files.
+    Refused (`ParamsChanged`, the state left as it is) when the params file holds other values than the stage ran
+    with: a rerun at its params resumes."""
+    check_pinned_params()
+    folder = Path(folder)
+    tmp = folder / f"{KEPT}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    files = [f for out in outputs for f in _files(Path(out))]
+    for i, f in enumerate(files):
+        _link(f, tmp / str(i))
+    entries = [{"path": str(f), "md5": _md5(f)} for f in files]
+    (tmp / MANIFEST).write_text(json.dumps({"fingerprint": fp, "files": entries}, indent=1))
+    for entry in folder.iterdir():
+        if entry.name != tmp.name:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    tmp.rename(folder / KEPT)
+
+
+def has(folder: str | Path, fp: str) -> bool:
+    """Whether `folder` keeps the outputs of a run with fingerprint `fp`."""
+    try:
+        return json.loads((Path(folder) / KEPT / MANIFEST).read_text()).get("fingerprint") == fp
+    except (OSError, ValueError):
+        return False
+
+
+def put_back(folder: str | Path, fp: str) -> int:
+    """When `folder` keeps the outputs of a run with fingerprint `fp`: link every file back to its path (replacing
+    what is there) and return how many; 0 when it keeps none, or another run's (deleted then)."""
+    kept = Path(folder) / KEPT
+    try:
+        manifest = json.loads((kept / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return 0
+    if manifest.get("fingerprint") != fp:
+        shutil.rmtree(kept, ignore_errors=True)
+        return 0
+    for i, entry in enumerate(manifest["files"]):
+        dst = Path(entry["path"])
+        with contextlib.suppress(FileNotFoundError):
+            dst.unlink()
+        _link(kept / str(i), dst)
+    return len(manifest["files"])
+
+
+def prune(scratch: str | Path = "scratch") -> list[Path]:
+    """Delete the kept folders under `scratch` whose every file DVC's cache holds (the cache of the DVC repository
+    in the working directory; none outside one), and the folders left empty; returns those deleted."""
+    manifests = sorted(Path(scratch).glob(f"**/{KEPT}/{MANIFEST}"))
+    if not manifests:
+        return []
+    cache = _dvc_cache()
+    if cache is None:
+        return []
+    pruned = []
+    for manifest in manifests:
+        try:
+            entries = json.loads(manifest.read_text())["files"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if all(os.path.exists(cache(e["md5"])) for e in entries):
+            shutil.rmtree(manifest.parent, ignore_errors=True)
+            _remove_empty_parents(manifest.parent, Path(scratch))
+            pruned.append(manifest.parent)
+    return pruned
+
+
+def _dvc_cache():
+    """md5 -> the path DVC's local cache keeps that content at, or None outside a DVC repository."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    try:
+        with Repo(".") as repo:
+            return repo.cache.local.oid_to_path
+    except NotDvcRepoError:
+        return None
+
+
+def _remove_empty_parents(folder: Path, stop: Path) -> None:
+    for parent in [*folder.parents]:
+        if parent == stop.parent or not parent.is_relative_to(stop):
+            return
+        try:
+            parent.rmdir()
+        except OSError:
+            return
