@@ -118,14 +118,14 @@ def prune(scratch: str | Path = "scratch") -> list[Path]:
 
 
 def _dvc_cache():
-    """md5 -> the path DVC's local cache keeps that content at, or None outside a DVC repository."""
-    from dvc.exceptions import NotDvcRepoError
+    """md5 -> the path DVC's local cache keeps that content at; None outside a DVC repository, or when DVC cannot
+    say (pruning never stops a stage: the kept folders wait for the next one)."""
     from dvc.repo import Repo
 
     try:
         with Repo(".") as repo:
             return repo.cache.local.oid_to_path
-    except NotDvcRepoError:
+    except Exception:  # NotDvcRepoError, a config DVC refuses, ...
         return None
 
 

@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -271,6 +272,9 @@ def pass_through(stream, feed: Callable[[str], None]) -> None:
         feed(pending)
 
 
+RESEND_S = 10.0  # how often SIGUSR1 is passed on again to ranks that have not ended
+
+
 def _ignore_preemption() -> None:
     """In torchrun's process, before it starts: SIGUSR1 is its ranks' (passed on to them by `run_torchrun`), and would
     otherwise end torchrun itself (its default action)."""
@@ -282,11 +286,18 @@ def pass_on_preemption(proc: subprocess.Popen, signalled: list[int]) -> None:
     checkpoint at their next step boundary and exit REQUEUE (a5core.run.checkpoint); `signalled` notes it."""
 
     def to_ranks(*_) -> None:
+        if REQUEUE not in signalled:  # again every RESEND_S while torchrun runs: a rank that had not yet taken the
+            threading.Thread(target=resend, daemon=True).start()  # signal when it came (it ignored it) gets it later
         signalled.append(REQUEUE)
         with contextlib.suppress(psutil.Error):
             for rank in psutil.Process(proc.pid).children():
                 with contextlib.suppress(psutil.Error):
                     rank.send_signal(signal.SIGUSR1)
+
+    def resend() -> None:
+        while proc.poll() is None:
+            time.sleep(RESEND_S)
+            to_ranks()
 
     signal.signal(signal.SIGUSR1, to_ranks)
 
@@ -300,12 +311,15 @@ def run_torchrun(argv: list[str], stage: str) -> int:
     signalled: list[int] = []
     signal.signal(signal.SIGINT, lambda *_: signalled.append(130))  # the terminal sent it to torchrun too: wait
     signal.signal(signal.SIGTERM, lambda *_: signalled.append(143))  # passed on below, once torchrun runs
-    signal.signal(signal.SIGUSR1, lambda *_: signalled.append(REQUEUE))
+    early: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: early.append(REQUEUE))  # passed on below, once torchrun runs
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, preexec_fn=_ignore_preemption)
     signal.signal(signal.SIGTERM, lambda *_: (signalled.append(143), proc.send_signal(signal.SIGTERM)))
     if 143 in signalled:  # it came before torchrun started
         proc.send_signal(signal.SIGTERM)
-    pass_on_preemption(proc, signalled)  # one that came before the ranks exist is lost with them: see `preempt`
+    pass_on_preemption(proc, signalled)
+    if early:  # it came before torchrun started
+        os.kill(os.getpid(), signal.SIGUSR1)
     summary = RootCause()
     pass_through(proc.stderr, summary.feed)
     code = proc.wait()
@@ -409,7 +423,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"a5: {said if sent else 'no training stage runs under ' + script[1]}", file=sys.stderr, flush=True)
         sys.exit(0 if sent else 1)
     if not script or not script[0].endswith(".py"):
-        sys.exit("usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...]")
+        sys.exit(
+            "usage: python -m a5core.stage.launch stages/<stage>.py [--flag value ...] | --preempt PID | "
+            "--node <torchrun command>"
+        )
     cfg = load_section(DistributedConfig, "distributed", params_path(script))
     slurm = Slurm.from_env() if cfg.nnodes > 1 and "A5_HOSTS" not in os.environ else None
     if slurm is not None:
