@@ -61,8 +61,8 @@ def test_a_changed_fingerprint_resumes_from_nothing_left_over(tmp_path):
 def test_a_finished_runs_outputs_are_kept_until_dvcs_cache_holds_them(tmp_path, monkeypatch):
     """kept.py: `keep` replaces the resume state by hard links to the outputs (the same inodes: no extra disk) and
     their md5s; `put_back` restores them where DVC deleted them, for the same fingerprint only; `prune` deletes a kept
-    folder once DVC's cache holds each file (a real DVC repository's cache, its path from DVC's API), then the
-    folders left empty."""
+    folder once DVC's cache holds the model's files (a real DVC repository's cache, its path from DVC's API; metrics
+    are `cache: false`), then the folders left empty."""
     from a5core.run import kept
 
     monkeypatch.chdir(tmp_path)
@@ -82,7 +82,7 @@ def test_a_finished_runs_outputs_are_kept_until_dvcs_cache_holds_them(tmp_path, 
     assert kept.put_back(run, "fp") == 2
     assert (Path("models") / "m" / "w.bin").read_bytes() == b"weights" and Path("metrics.json").read_text() == "{}"
     assert kept.prune() == [] and kept.has(run, "fp")  # DVC's cache does not hold them yet
-    subprocess.run([sys.executable, "-m", "dvc", "add", "-q", "models/m", "metrics.json"], check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "add", "-q", "models/m"], check=True)  # the model: committed
     (Path("scratch") / "other").mkdir()
     assert kept.prune() == [run / "finished"]
     assert not (Path("scratch") / "ei_G4").exists() and (Path("scratch") / "other").exists()

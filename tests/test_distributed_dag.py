@@ -140,7 +140,7 @@ def test_a_killed_two_rank_grpo_stage_resumes_byte_for_byte(tmp_path, staleness)
     the same model folder and results as the uninterrupted run, byte for byte. With staleness 1 one process trains
     to the same weights (float tolerance), each rank having generated its block in its rollout thread."""
     work, params, env = kill_repo(tmp_path, nproc=2)
-    # the smoke model earns no reward, so an entropy bonus gives every step a gradient (weights that move)
+    # an entropy bonus gives every step a gradient (weights that move), a step whose groups all score alike too
     params["grpo"].update(n_grpo_steps=6, eval_every=0, checkpoint_every=1, entropy_coef=0.05)
     if staleness:
         params["grpo"].update(max_staleness=1, tis_cap=2.0)

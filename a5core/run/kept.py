@@ -6,8 +6,8 @@ gone: the stage trained again from step 0. So a training stage ends with `keep`:
 (no extra disk while the workspace holds them; a copy where scratch/ is on another filesystem) and their md5s, in
 `<scratch>/finished/`, in place of its resume state. Run again with the same fingerprint (params and inputs), it
 finds them (`put_back`), links them back and exits at once; DVC then commits them. Every stage's start (`prune`,
-from a5core.stage.entry) deletes the kept folders whose files DVC's cache holds (by md5), so they last as long as
-they may be needed. No torch: the plain files, and DVC's API for where its cache is.
+from a5core.stage.entry) deletes the kept folders whose model files DVC's cache holds (by md5): that stage's commit
+happened. No torch: the plain files, and DVC's API for where its cache is.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ MANIFEST = "manifest.json"
 
 
 def _files(out: Path) -> list[Path]:
-    return sorted(p for p in out.rglob("*") if p.is_file()) if out.is_dir() else [out] if out.is_file() else []
+    """The files of an output (a file or a folder), git's .gitignore files (DVC's, in git) left out."""
+    if out.is_file():
+        return [out]
+    return sorted(p for p in out.rglob("*") if p.is_file() and p.name != ".gitignore") if out.is_dir() else []
 
 
 def _md5(path: Path) -> str:
@@ -47,11 +50,11 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def keep(folder: str | Path, fp: str, outputs: list[str]) -> None:
-    """After a stage wrote all of `outputs` (files and folders): everything else in `folder` (the resume state) is
-    replaced by `folder/finished/`, the outputs' files linked there by number, with a manifest of their paths, md5s
-    and the run's fingerprint `fp`. Written to finished.tmp/ and renamed: a kill leaves the state or the kept files.
-    Refused (`ParamsChanged`, the state left as it is) when the params file holds other values than the stage ran
-    with: a rerun at its params resumes."""
+    """After a stage wrote all of `outputs` (files and folders; the first, its model folder, one DVC caches):
+    everything else in `folder` (the resume state) is replaced by `folder/finished/`, the outputs' files linked there
+    by number, with a manifest of their paths, md5s and the run's fingerprint `fp`. Written to finished.tmp/ and
+    renamed: a kill leaves the state or the kept files. Refused (`ParamsChanged`, the state left as it is) when the
+    params file holds other values than the stage ran with: a rerun at its params resumes."""
     check_pinned_params()
     folder = Path(folder)
     tmp = folder / f"{KEPT}.tmp"
@@ -61,7 +64,9 @@ def keep(folder: str | Path, fp: str, outputs: list[str]) -> None:
     for i, f in enumerate(files):
         _link(f, tmp / str(i))
     entries = [{"path": str(f), "md5": _md5(f)} for f in files]
-    (tmp / MANIFEST).write_text(json.dumps({"fingerprint": fp, "files": entries}, indent=1))
+    proof = [e["md5"] for e in entries[: len(_files(Path(outputs[0])))]] if outputs else []
+    manifest = {"fingerprint": fp, "files": entries, "cached_when_committed": proof}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     for entry in folder.iterdir():
         if entry.name != tmp.name:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
@@ -96,8 +101,9 @@ def put_back(folder: str | Path, fp: str) -> int:
 
 
 def prune(scratch: str | Path = "scratch") -> list[Path]:
-    """Delete the kept folders under `scratch` whose every file DVC's cache holds (the cache of the DVC repository
-    in the working directory; none outside one), and the folders left empty; returns those deleted."""
+    """Delete the kept folders under `scratch` whose model files DVC's cache holds (the cache of the DVC repository
+    in the working directory; none outside one): DVC committed that stage (its other outputs with them, some not in
+    the cache: metrics are `cache: false`). Then the folders left empty; returns those deleted."""
     manifests = sorted(Path(scratch).glob(f"**/{KEPT}/{MANIFEST}"))
     if not manifests:
         return []
@@ -107,10 +113,10 @@ def prune(scratch: str | Path = "scratch") -> list[Path]:
     pruned = []
     for manifest in manifests:
         try:
-            entries = json.loads(manifest.read_text())["files"]
+            proof = json.loads(manifest.read_text())["cached_when_committed"]
         except (OSError, ValueError, KeyError):
             continue
-        if all(os.path.exists(cache(e["md5"])) for e in entries):
+        if proof and all(os.path.exists(cache(md5)) for md5 in proof):
             shutil.rmtree(manifest.parent, ignore_errors=True)
             _remove_empty_parents(manifest.parent, Path(scratch))
             pruned.append(manifest.parent)
