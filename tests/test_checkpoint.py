@@ -88,6 +88,9 @@ def test_a_finished_runs_outputs_are_kept_until_dvcs_cache_holds_them(tmp_path, 
     assert not (Path("scratch") / "ei_G4").exists() and (Path("scratch") / "other").exists()
     kept.keep(run, "fp", ["metrics.json"])
     assert kept.put_back(run, "another run's") == 0 and not (run / "finished").exists()  # never another run's
+    kept.keep(run, "fp", ["models/m"])
+    (Path("models") / "m" / "w.bin").write_bytes(b"written in place")  # through the link: the kept file changes too
+    assert not kept.has(run, "fp") and not (run / "finished").exists()  # never other bytes
 
 
 def _sha(path: Path) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from a5core.base.typed import check_pinned_params
@@ -74,11 +75,24 @@ def keep(folder: str | Path, fp: str, outputs: list[str]) -> None:
 
 
 def has(folder: str | Path, fp: str) -> bool:
-    """Whether `folder` keeps the outputs of a run with fingerprint `fp`."""
+    """Whether `folder` keeps the outputs of a run with fingerprint `fp`, every file with the md5 it was kept with
+    (one changed since, written in place through the workspace's link, say, makes the kept folder go: the stage
+    trains again rather than put back other bytes)."""
+    kept = Path(folder) / KEPT
     try:
-        return json.loads((Path(folder) / KEPT / MANIFEST).read_text()).get("fingerprint") == fp
+        manifest = json.loads((kept / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
+    if manifest.get("fingerprint") != fp:
+        return False
+    try:
+        intact = all(_md5(kept / str(i)) == e["md5"] for i, e in enumerate(manifest["files"]))
+    except (OSError, KeyError):
+        intact = False
+    if not intact:
+        print(f"WARNING: {kept} holds other bytes than it kept; deleted (the stage trains again)", file=sys.stderr)
+        shutil.rmtree(kept, ignore_errors=True)
+    return intact
 
 
 def put_back(folder: str | Path, fp: str) -> int:
