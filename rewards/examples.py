@@ -11,7 +11,6 @@ def answer_only_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     return {**verdicts, "reward": verdicts["answer_reward"]}
 
 
-
 def answer_characters_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     """The share of the ground truth's characters (each distinct one) found anywhere in the response: a lenient,
     partial reward (a policy can game it by listing digits) that the smoke profile's tiny random model earns by chance

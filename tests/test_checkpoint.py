@@ -187,8 +187,9 @@ def stage_names(work: Path) -> list[str]:
 def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_of_training_again(tmp_path):
     """Issue 58, item 3: DVC killed between a training stage's command and its commit (what a full cache disk, a time
     limit or a lost node leaves: outputs in the workspace, no dvc.lock entry). The rerun, after DVC deleted those
-    outputs, puts them back from scratch/ (byte for byte; nothing trained) and DVC commits them; the next stage's
-    start deletes the kept folder, once DVC's cache holds its files."""
+    outputs, puts them back from scratch/ (byte for byte; nothing trained) and DVC commits them, unless the code
+    changed in between (then it trains); the next stage's start deletes the kept folder, once DVC's cache holds the
+    model's files."""
     work, _, _ = kill_repo(tmp_path)
     at = partial(subprocess.run, cwd=work, env=repo_env(work), capture_output=True, text=True)
     spec = (work / "dvc.yaml").read_text()
@@ -205,9 +206,15 @@ def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_o
             for o in outs
         ]
 
-    made = files()
-    assert all(made) and "sft@8" not in (work / "dvc.lock").read_text()  # written, never committed
+    first = files()
+    assert all(first) and "sft@8" not in (work / "dvc.lock").read_text()  # written, never committed
     assert sorted(p.name for p in (work / "scratch" / "sft_8").iterdir()) == ["finished"]  # no resume state
+    # other code since (a comment): outputs that other code made are not put back, the stage trains
+    (work / "rewards" / "__init__.py").write_text((work / "rewards" / "__init__.py").read_text() + "# edited\n")
+    r = at(["dvc", "repro", "--single-item", "sft@8"])
+    assert r.returncode == -9 and "sft@8: 8 examples" in r.stdout and "put back" not in r.stdout, r.stdout[-3000:]
+    made = files()
+    assert made != first  # its run record: a run of its own
     (work / "dvc.yaml").write_text(spec)
     r = at(["dvc", "repro", "--single-item", "sft@8"])
     ok(r)

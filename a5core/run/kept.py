@@ -3,11 +3,13 @@
 DVC commits a stage's outputs after its command exits; if that commit does not happen (DVC killed, its cache's disk
 full, the job's time up), DVC deletes the outputs before it runs the stage again, and the resume state was already
 gone: the stage trained again from step 0. So a training stage ends with `keep`: hard links to every file it wrote
-(no extra disk while the workspace holds them; a copy where scratch/ is on another filesystem) and their md5s, in
+(no extra disk until DVC commits them: DVC then copies them into its cache and replaces the workspace's files by
+copies, so the kept links hold the third copy; a copy where scratch/ is on another filesystem) and their md5s, in
 `<scratch>/finished/`, in place of its resume state. Run again with the same fingerprint (params and inputs), it
 finds them (`put_back`), links them back and exits at once; DVC then commits them. Every stage's start (`prune`,
 from a5core.stage.entry) deletes the kept folders whose model files DVC's cache holds (by md5): that stage's commit
-happened. No torch: the plain files, and DVC's API for where its cache is.
+happened. So the last stage's outputs take disk twice over until another stage starts; `python -m a5core.run.kept`
+prunes now. No torch: the plain files, and DVC's API for where its cache is.
 """
 
 from __future__ import annotations
@@ -127,14 +129,20 @@ def prune(scratch: str | Path = "scratch") -> list[Path]:
     pruned = []
     for manifest in manifests:
         try:
-            proof = json.loads(manifest.read_text())["cached_when_committed"]
-        except (OSError, ValueError, KeyError):
+            proof = json.loads(manifest.read_text()).get("cached_when_committed")
+        except (OSError, ValueError):
             continue
-        if proof and all(os.path.exists(cache(md5)) for md5 in proof):
+        if not proof or all(os.path.exists(cache(md5)) for md5 in proof):  # none: a manifest of an older a5
             shutil.rmtree(manifest.parent, ignore_errors=True)
             _remove_empty_parents(manifest.parent, Path(scratch))
             pruned.append(manifest.parent)
     return pruned
+
+
+def main() -> None:
+    """`python -m a5core.run.kept`: prune now (every stage's start does)."""
+    for folder in prune():
+        print(f"deleted {folder}")
 
 
 def _dvc_cache():
@@ -157,3 +165,7 @@ def _remove_empty_parents(folder: Path, stop: Path) -> None:
             parent.rmdir()
         except OSError:
             return
+
+
+if __name__ == "__main__":
+    main()

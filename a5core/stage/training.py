@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import random
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,13 +193,13 @@ def finished_before(args: argparse.Namespace, fp: str) -> bool:
     """Whether `args.scratch` keeps the outputs of a finished run of fingerprint `fp` (a5core/run/kept.py: DVC's commit
     of them did not happen); rank 0 reads, every rank gets the answer. The stage then trains nothing and, once its
     history is closed, `put_back` restores them."""
-    return bool(distributed.from_main(kept.has(args.scratch, fp) if distributed.is_main() else None))
+    return bool(distributed.from_main(kept.has(args.scratch, _with_code(fp)) if distributed.is_main() else None))
 
 
 def put_back(args: argparse.Namespace, fp: str, name: str) -> None:
     """Restore the outputs `finished_before` found (rank 0), saying so in one line."""
     if distributed.is_main():
-        n = kept.put_back(args.scratch, fp)
+        n = kept.put_back(args.scratch, _with_code(fp))
         print(
             f"{name}: put back the {n} output files of a finished run of these params and inputs (kept in "
             f"{args.scratch}/{kept.KEPT} because DVC had not committed them): nothing trained"
@@ -211,8 +213,20 @@ def keep_outputs(args: argparse.Namespace, fp: str) -> None:
     check_pinned_params()
     distributed.barrier()
     if distributed.is_main():
-        kept.keep(args.scratch, fp, [args.out, str(Path(args.metrics).parent), args.record])
+        kept.keep(args.scratch, _with_code(fp), [args.out, str(Path(args.metrics).parent), args.record])
     distributed.barrier()
+
+
+def _with_code(fp: str) -> str:
+    """`fp` (params and inputs) and the code that runs: the Python files of a5core, rewards/ and the stage script, so
+    outputs kept by other code are never put back under this code's dvc.lock entry."""
+    package = Path(__file__).resolve().parents[1]  # a5core/
+    code = {f.relative_to(package.parent): f for f in package.rglob("*.py")}
+    code |= {f: f for f in [*Path("rewards").rglob("*.py"), Path(sys.argv[0])]}  # relative to the repository
+    digest = hashlib.sha256(fp.encode())
+    for name in sorted(code):
+        digest.update(str(name).encode() + code[name].read_bytes())
+    return digest.hexdigest()
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
