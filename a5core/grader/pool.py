@@ -7,6 +7,8 @@
 - Single calls (`grade`, the reward functions) get the same bound through a one-worker pool (a5core.grader.single).
 - The reward function is named by import path (`module:function`), so users can plug in their own grader.
 - Workers exit when the pipe closes or their parent dies (a watchdog thread), leaving no orphans.
+- A worker is a fresh interpreter that imports the grader alone (`python -c ...serve()`, ~1 s of CPU): a
+  multiprocessing worker also imported its parent's main script, torch and transformers for a stage (~2.5 s).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection, Pipe, wait
 from typing import Self
 
 from a5core.base.errors import ProjectError
@@ -173,6 +177,12 @@ def _grade_item(grader: Callable, response, ground_truth) -> dict:
         return failed("error", f"{type(err).__name__}: {err}"[:300])
 
 
+def serve() -> None:
+    """A worker process's main (`_Slot` starts it with the pipe's file descriptor and the worker's settings)."""
+    fd, path, memory_mb, parent_pid = sys.argv[1:]
+    _worker(Connection(int(fd)), path, int(memory_mb), int(parent_pid))
+
+
 def _worker(conn: Connection, path: str, memory_mb: int, parent_pid: int) -> None:
     global _in_worker
     _in_worker = True
@@ -193,21 +203,43 @@ def _worker(conn: Connection, path: str, memory_mb: int, parent_pid: int) -> Non
         os._exit(0)  # the parent closed the pipe or died: leave quietly
 
 
-class _Slot:
-    """One worker process and its pipe; `state` is "starting", "idle" or "busy"."""
+def _worker_env() -> dict[str, str]:
+    """The parent's environment with its module search path, so a reward function imports in a worker as it does in
+    the parent (a multiprocessing child gets the parent's sys.path the same way)."""
+    paths = [p or os.getcwd() for p in sys.path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
-    def __init__(self, ctx, path: str, memory_mb: int):
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, path, memory_mb, os.getpid()), daemon=True)
-        self.proc.start()
+
+class _Slot:
+    """One worker process and its pipe; `state` is "starting", "idle" or "busy". The worker runs in a process group
+    of its own, so a terminal's Ctrl-C reaches only the parent, which closes the pool."""
+
+    def __init__(self, path: str, memory_mb: int):
+        parent, child = Pipe()
+        args = [str(child.fileno()), path, str(memory_mb), str(os.getpid())]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from a5core.grader.pool import serve; serve()", *args],
+            stdin=subprocess.DEVNULL,
+            pass_fds=(child.fileno(),),
+            env=_worker_env(),
+            process_group=0,
+        )
         child.close()
         self.conn, self.state, self.item, self.payload = parent, "starting", -1, ("", None)
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
 
+    def stop(self, wait_s: float) -> None:
+        """Wait up to `wait_s` for the worker to leave, then kill it; close the pipe."""
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.conn.close()
+
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.join(timeout=5)
-        self.conn.close()
+        self.stop(5)
 
 
 class GraderPool:
@@ -228,7 +260,6 @@ class GraderPool:
 
         load_reward_fn(reward_fn)  # fail fast in the parent on a bad path
         self.path, self.n, self.timeout_s, self.memory_mb = reward_fn, max(1, workers), timeout_s, memory_mb
-        self.ctx = mp.get_context("spawn")
         self.slots: list[_Slot] = []
         self.batch = 0  # id of the current `map`, carried by every request and reply
         self.auditor = GraderPool(AUDIT_PATH, workers, timeout_s, memory_mb) if audit else None
@@ -239,7 +270,7 @@ class GraderPool:
         """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
         (loading a model, generating); `map` waits for the ones it needs."""
         while len(self.slots) < self.n:
-            self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
+            self.slots.append(_Slot(self.path, self.memory_mb))
         if self.auditor:
             self.auditor.start()
         return self
@@ -265,11 +296,7 @@ class GraderPool:
                 slot.conn.send(None)
             except (OSError, ValueError):
                 pass
-            slot.proc.join(timeout=1)
-            if slot.proc.is_alive():
-                slot.proc.kill()
-                slot.proc.join(timeout=5)
-            slot.conn.close()
+            slot.stop(1)
         self.slots = []
 
     def seconds(self) -> float:
@@ -300,7 +327,7 @@ class GraderPool:
 
     def _map(self, responses: list[str], ground_truths: list, progress: bool) -> list[dict]:
         while len(self.slots) < min(self.n, max(1, len(responses))):
-            self.slots.append(_Slot(self.ctx, self.path, self.memory_mb))
+            self.slots.append(_Slot(self.path, self.memory_mb))
         self.batch += 1
         results: list[dict | None] = [None] * len(responses)
         pending = deque(range(len(responses)))
@@ -384,7 +411,7 @@ class GraderPool:
     def _restart(self, slot: _Slot) -> None:
         """Kill the worker and start its replacement without waiting for it (it reports "ready" later)."""
         slot.kill()
-        self.slots[self.slots.index(slot)] = _Slot(self.ctx, self.path, self.memory_mb)
+        self.slots[self.slots.index(slot)] = _Slot(self.path, self.memory_mb)
 
 
 def grade_batch(
