@@ -4,8 +4,9 @@ against multiprocessing's spawn (which also imports the parent's main script), i
     python bench/grader_pool.py --reps 3      # prints a Markdown table (reports/grader_pool.md)
 
 This script imports torch and transformers first, as a stage script does, so a spawned worker imports them too. Each
-rep starts a pool of 2 workers and its auditor of 2 (a training stage's `grader_workers: 2` with the audit on), grades
-4 responses and audits 2, and closes it: the wall-clock seconds, and the CPU seconds of the whole machine over the rep
+rep starts a pool of 2 workers and its auditor of 2 (as many as the smoke profile's EI and GRPO stages start: a
+training pool and a validation pool of 1 worker each, each with its auditor), grades 4 responses and audits 2, and
+closes it: the wall-clock seconds, and the CPU seconds of the whole machine over the rep
 (`/proc/stat`, so the workers' own time counts; run it on a quiet machine).
 """
 

@@ -209,8 +209,9 @@ def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_o
     first = files()
     assert all(first) and "sft@8" not in (work / "dvc.lock").read_text()  # written, never committed
     assert sorted(p.name for p in (work / "scratch" / "sft_8").iterdir()) == ["finished"]  # no resume state
-    # other code since (a comment): outputs that other code made are not put back, the stage trains
-    (work / "rewards" / "__init__.py").write_text((work / "rewards" / "__init__.py").read_text() + "# edited\n")
+    # other code since (an executed line; a comment would not count, a5core/base/code.py): outputs that other code
+    # made are not put back, the stage trains
+    (work / "rewards" / "__init__.py").write_text((work / "rewards" / "__init__.py").read_text() + "EDITED = 1\n")
     r = at(["dvc", "repro", "--single-item", "sft@8"])
     assert r.returncode == -9 and "sft@8: 8 examples" in r.stdout and "put back" not in r.stdout, r.stdout[-3000:]
     made = files()

@@ -1,5 +1,6 @@
-"""dvc.yaml is honest: each stage depends on exactly the a5core packages its script imports (their folders), each stage
-that grades on rewards/ (custom reward functions), each params section is read by the stages that list it, the Expert
+"""dvc.yaml is honest: each stage depends on exactly the a5core packages its script imports (their hash files in
+code_hashes/, the code_hashes stage's output, which alone depends on the source folders), each stage that grades on
+rewards/ (custom reward functions), each params section is read by the stages that list it, the Expert
 Iteration rounds form one chain, every training stage's live plots are declared, metrics and plots are kept in git
 (visible on a fresh clone) and every other output is cached (the run cache)."""
 
@@ -23,14 +24,37 @@ def _script(body: dict) -> str:
     return next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
 
 
+def _code(body: dict) -> list[str]:
+    """The code a stage depends on, through its hash files: stages/<name>, a5core/<package>, rewards."""
+    hashes = [d for d in body["deps"] if d.startswith("code_hashes/")]
+    return [d.removeprefix("code_hashes/").removesuffix(".txt") for d in hashes]
+
+
+def _stages_but_hashes() -> dict:
+    return {name: stage for name, stage in _stages().items() if name != "code_hashes"}
+
+
+def test_only_the_code_hashes_stage_depends_on_source_folders():
+    """The code_hashes stage depends on a5core/, rewards/ and stages/ and writes code_hashes/ (in git, so a fresh clone
+    has it); every other stage depends on the hash files alone, so a docstring or comment edit reruns none of them."""
+    hashes = _stages()["code_hashes"]
+    assert hashes["deps"] == ["stages/code_hashes.py", "a5core", "rewards", "stages"]
+    assert hashes["outs"] == [
+        {"code_hashes": {"cache": False, "persist": True}}
+    ]  # kept: a file is rewritten only on a change
+    sources = ("a5core", "rewards", "stages/")
+    for name, stage in _stages_but_hashes().items():
+        assert not [d for d in _body(stage)["deps"] if d.startswith(sources)], name
+
+
 def test_each_stage_depends_on_exactly_the_packages_it_imports():
     """A stage's a5core deps are folders, exactly those of the packages its script (and the launcher) load: a
     package missing would let an edit there go unseen; one too many reruns the stage for nothing."""
-    for name, stage in _stages().items():
+    for name, stage in _stages_but_hashes().items():
         body = _body(stage)
         script = _script(body)
-        listed = [d.removeprefix("a5core/") for d in body["deps"] if d.startswith("a5core")]
-        assert script in body["deps"], f"{name}: its script {script} is not a dep"
+        listed = [d.removeprefix("a5core/") for d in _code(body) if d.startswith("a5core")]
+        assert script.removesuffix(".py") in _code(body), f"{name}: its script {script} is not a dep"
         expected = expected_code(body["cmd"])
         assert listed == expected, f"{name}: `code:` in dvc.spec.yaml should be {expected} (python -m tools.stage_deps)"
 
@@ -38,7 +62,7 @@ def test_each_stage_depends_on_exactly_the_packages_it_imports():
 def test_plots_stage_does_not_depend_on_training_code_and_vice_versa():
     """The narrow invalidation the layers give: an edit of the plots reruns no training stage, an edit of GRPO no
     evaluation of the base model and no plots; an edit of the params checker only check_params."""
-    deps = {name: set(_body(s)["deps"]) for name, s in _stages().items()}
+    deps = {name: set(_code(_body(s))) for name, s in _stages_but_hashes().items()}
     assert "a5core/rl" not in deps["plots"] and not any("a5core/report" in d for n, d in deps.items() if n != "plots")
     assert "a5core/rl" not in deps["baseline_eval"] and "a5core/rl" in deps["grpo"]
     assert [n for n, d in deps.items() if "a5core/checks" in d] == ["check_params"]
@@ -50,13 +74,13 @@ def test_every_stage_that_grades_depends_on_the_custom_rewards():
     that grades (its params name a reward: validation's, eval's or a training reward_fn) depends on that folder, and
     so does check_params, which calls a custom reward on the reward contract's pairs: editing a custom reward checks
     it again and reruns the stages that grade."""
-    for name, stage in _stages().items():
+    for name, stage in _stages_but_hashes().items():
         body = _body(stage)
         params = body.get("params", [])
         whole = any(isinstance(p, dict) and "params.yaml" in p for p in params)  # check_params: the reward contract
         names = [p for p in params if isinstance(p, str)]
         grades = whole or any(p.split(".")[0] in ("validation", "eval") or p.endswith("reward_fn") for p in names)
-        assert ("rewards" in body["deps"]) == grades, name
+        assert ("rewards" in _code(body)) == grades, name
 
 
 def test_settings_that_change_no_output_key_no_stage():
@@ -91,8 +115,9 @@ def test_metrics_and_plots_are_in_git_and_every_other_output_is_run_cached():
         in_git = set(_outs({k: v for k, v in body.items() if k in ("metrics", "plots")}))
         for path, opts in _outs(body).items():
             # DVC (3.67, Stage.run) skips the run cache of a stage with a cache: false output that is not a metric or
-            # plot; the grid over machines needs the run cache. The plots stage is cheap and writes the summary to git.
-            uncached = path in in_git or name == "plots"
+            # plot; the grid over machines needs the run cache. The plots stage is cheap and writes the summary to git,
+            # the code_hashes stage (cheaper still) the hash files every other stage depends on.
+            uncached = path in in_git or name in ("plots", "code_hashes")
             assert uncached == (opts.get("cache") is False), (
                 f"{name}: {path} should {'not ' if not uncached else ''}be cache: false"
             )
@@ -152,8 +177,9 @@ def test_the_generator_leaves_out_flags_and_deps_that_a_round_does_not_define():
     assert second["cmd"] == (
         "python stages/ei_round.py --round 2 --model models/r1 --history logs/r1.csv --out models/r2"
     )
-    assert first["deps"] == ["stages/ei_round.py", "a5core/base", "a5core/rl", "models/start"]
-    assert second["deps"] == ["stages/ei_round.py", "a5core/base", "a5core/rl", "models/r1", "logs/r1.csv"]
+    code = ["code_hashes/stages/ei_round.txt", "code_hashes/a5core/base.txt", "code_hashes/a5core/rl.txt"]
+    assert first["deps"] == [*code, "models/start"]
+    assert second["deps"] == [*code, "models/r1", "logs/r1.csv"]
     spec["stages"]["rep"] = {**spec["stages"]["r"], "rounds": 3}  # a replicate chain must end where the runs do
     with pytest.raises(ValueError, match=r"rounds:. stages disagree \(\[2, 3\]\)"):
         expand(spec)

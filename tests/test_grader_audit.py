@@ -88,8 +88,8 @@ def test_the_pool_audits_in_its_own_workers_and_leaves_rewards_alone():
         expected = plain.map(responses, truths)
     with GraderPool(workers=1, timeout_s=10.0, audit=True) as pool:
         assert pool.map(responses, truths) == expected  # the audit changes no reward
-        audit_pids = {s.proc.pid for s in pool.auditor.slots}
-        assert audit_pids and not audit_pids & {s.proc.pid for s in pool.slots}
+        workers = [s.proc for s in pool.auditor.slots]
+        assert workers and not {w.pid for w in workers} & {s.proc.pid for s in pool.slots}
         replies = pool.audit(responses, truths, "r1_zero")
     assert [verdicts(r) for r in replies] == [
         {"strict_reward": 0.0, "verified": 1.0, "audited": True},
@@ -97,7 +97,7 @@ def test_the_pool_audits_in_its_own_workers_and_leaves_rewards_alone():
         {"strict_reward": 0.0, "verified": None, "audited": True},
     ]
     assert [g["reward"] for g in expected] == [0.0, 1.0, 0.0]  # r1_zero pays the hedge; strict does not
-    assert all(not s.proc.poll() is None for s in pool.auditor.slots) or not pool.auditor.slots  # closed with the pool
+    assert all(w.poll() is not None for w in workers)  # the auditor's workers ended with the pool
 
 
 def test_the_audit_table_reads_grpo_and_ei_logs(tmp_path):

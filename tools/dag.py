@@ -1,7 +1,8 @@
 """Writes dvc.yaml from dvc.spec.yaml: `python -m tools.dag` (`--check` only says whether dvc.yaml is current).
 
-- Each stage's `code:` (the a5core packages it runs) becomes folder deps (a5core/<package>) right after the script;
-  tests/test_dvc_deps.py checks that it names exactly the packages the stage imports (tools/stage_deps.py).
+- Each stage's script, `code:` (the a5core packages it runs) and `rewards` become deps on their hash files
+  (code_hashes/<path>.txt, written by the code_hashes stage); tests/test_dvc_deps.py checks that `code:` names
+  exactly the packages the stage imports (tools/stage_deps.py).
 - A stage with `rounds: N` is expanded into N chained stages (Expert Iteration's rounds), from one template; every
   such stage has the same N (the `<rounds>` of the other stages), and one may also be a matrix (EI's replicates).
 - The output is laid out for reading: one `--flag value` of a command and one path per line, no line over 120
@@ -73,13 +74,29 @@ def _fill(body: dict, names: dict[str, str]) -> dict:
     return out
 
 
+HASHES = "code_hashes"  # the folder the code_hashes stage writes (dvc.spec.yaml, a5core/base/code.py)
+
+
+def code_dep(path: str) -> str:
+    """The hash file that stands for a code dep (a stage script, a5core/<package>, rewards) in a stage's deps."""
+    return f"{HASHES}/{path.removesuffix('.py')}.txt"
+
+
+def _writes_hashes(body: dict) -> bool:
+    return any((o if isinstance(o, str) else next(iter(o))) == HASHES for o in body.get("outs", []))
+
+
 def _with_code_deps(body: dict, code: list[str]) -> dict:
-    """The stage's a5core packages (its `code:`) inserted as folders after the script, the first dep."""
+    """The stage's script, its a5core packages (its `code:`) and rewards/ as their hash files (the first deps), so
+    only an edit of what they execute reruns the stage; the code_hashes stage itself keeps the folders."""
     script = next(word for word in body["cmd"].split() if word.endswith(".py"))  # after `python` or the launcher
     deps = body["deps"]
     if deps[0] != script:
         raise ValueError(f"the first dep of {script}'s stage must be the script itself, not {deps[0]}")
-    return {**body, "deps": [script, *(f"a5core/{package}" for package in code), *deps[1:]]}
+    if _writes_hashes(body):
+        return body
+    rest = [code_dep(d) if d == "rewards" else d for d in deps[1:]]
+    return {**body, "deps": [code_dep(script), *(code_dep(f"a5core/{package}") for package in code), *rest]}
 
 
 def expand(spec: dict) -> tuple[dict[str, tuple[str, dict]], dict[str, str]]:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe, wait
@@ -132,7 +133,8 @@ def in_worker() -> bool:
 
 
 def in_grader_worker() -> bool:
-    """True in a grader worker process (and in any daemonic process, which cannot start workers)."""
+    """True in a grader worker process, and in any daemonic multiprocessing child (which grades inline under an alarm,
+    a5core/grader/single.py, as it did when workers were multiprocessing children, which it could not start)."""
     return _in_worker or mp.current_process().daemon
 
 
@@ -217,14 +219,19 @@ class _Slot:
     def __init__(self, path: str, memory_mb: int):
         parent, child = Pipe()
         args = [str(child.fileno()), path, str(memory_mb), str(os.getpid())]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from a5core.grader.pool import serve; serve()", *args],
-            stdin=subprocess.DEVNULL,
-            pass_fds=(child.fileno(),),
-            env=_worker_env(),
-            process_group=0,
-        )
-        child.close()
+        try:  # -P: the parent's sys.path (PYTHONPATH) first, not the working directory
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-c", "from a5core.grader.pool import serve; serve()", *args],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),),
+                env=_worker_env(),
+                process_group=0,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
         self.conn, self.state, self.item, self.payload = parent, "starting", -1, ("", None)
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
 
@@ -234,12 +241,22 @@ class _Slot:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(timeout=5)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # stuck in the kernel: never raise from cleanup (Ctrl-C, close)
+                logger.warning("grader worker %s did not exit after SIGKILL", self.proc.pid)
         self.conn.close()
 
     def kill(self) -> None:
         self.proc.kill()
         self.stop(5)
+
+
+def _kill_left(slots: list[_Slot]) -> None:
+    """At exit, the workers of a pool never closed (an error before its `with` block): killed, as multiprocessing
+    killed its daemonic children, rather than left to notice their parent is gone."""
+    for slot in slots:
+        slot.kill()
 
 
 class GraderPool:
@@ -261,13 +278,14 @@ class GraderPool:
         load_reward_fn(reward_fn)  # fail fast in the parent on a bad path
         self.path, self.n, self.timeout_s, self.memory_mb = reward_fn, max(1, workers), timeout_s, memory_mb
         self.slots: list[_Slot] = []
+        weakref.finalize(self, _kill_left, self.slots)
         self.batch = 0  # id of the current `map`, carried by every request and reply
         self.auditor = GraderPool(AUDIT_PATH, workers, timeout_s, memory_mb) if audit else None
         self.mapping_s = 0.0  # wall-clock seconds spent in `map` so far (`seconds`)
         self.comparer: GraderPool | None = None  # `same_answers`' pool of the built-in rules, started on first use
 
     def start(self) -> Self:
-        """Start the workers now, without waiting for them: their imports (~3 s) overlap what the caller does next
+        """Start the workers now, without waiting for them: their imports overlap what the caller does next
         (loading a model, generating); `map` waits for the ones it needs."""
         while len(self.slots) < self.n:
             self.slots.append(_Slot(self.path, self.memory_mb))
@@ -297,7 +315,7 @@ class GraderPool:
             except (OSError, ValueError):
                 pass
             slot.stop(1)
-        self.slots = []
+        self.slots.clear()  # in place: the exit finalizer holds this list
 
     def seconds(self) -> float:
         """Wall-clock seconds this pool and its sibling pools have spent grading (in `map`) since they were made."""

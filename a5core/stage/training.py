@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from a5core.base.artifacts import content_hash, default_modes, fresh_dir, provenance, write_json
+from a5core.base.code import code_roots
+from a5core.base.code import fingerprint as code_fingerprint
 from a5core.base.run_record import write_run_record
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import paired_difference
@@ -218,14 +220,14 @@ def keep_outputs(args: argparse.Namespace, fp: str) -> None:
 
 
 def _with_code(fp: str) -> str:
-    """`fp` (params and inputs) and the code that runs: the Python files of a5core, rewards/ and the stage script, so
-    outputs kept by other code are never put back under this code's dvc.lock entry."""
-    package = Path(__file__).resolve().parents[1]  # a5core/
-    code = {f.relative_to(package.parent): f for f in package.rglob("*.py")}
-    code |= {f: f for f in [*Path("rewards").rglob("*.py"), Path(sys.argv[0])]}  # relative to the repository
+    """`fp` (params and inputs) and the code that runs as the code_hashes stage hashes it (a5core/base/code.py):
+    a5core, rewards/ and the stage script, so outputs kept by other code are never put back under this code's
+    dvc.lock entry (and a docstring edit does not discard them)."""
+    repo = Path(__file__).resolve().parents[2]
+    roots = [*(p for name, p in code_roots(repo).items() if not name.startswith("stages/")), Path(sys.argv[0])]
     digest = hashlib.sha256(fp.encode())
-    for name in sorted(code):
-        digest.update(str(name).encode() + code[name].read_bytes())
+    for root in roots:
+        digest.update(code_fingerprint(root.resolve(), root.resolve().parent).encode())
     return digest.hexdigest()
 
 
