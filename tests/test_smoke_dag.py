@@ -175,6 +175,14 @@ def check_plots_diff(work: Path, run) -> None:
     r = run("dvc", "plots", "show", one, "--json")
     ok(r)
     assert one in json.loads(r.stdout)["data"]
+    # the README's `dvc plots show -x step <file>`: an off-policy run's evaluations at their optimizer steps (0, 2, 4),
+    # where DVC would number the rows (0, 1, 2) without -x (issue 64)
+    off = "results/grpo/clip_offpolicy/live/plots/metrics/eval/accuracy.tsv"
+    steps = [int(line.split()[0]) for line in (work / off).read_text().splitlines()[1:]]
+    r = run("dvc", "plots", "show", "-x", "step", off, "--json")
+    ok(r)
+    drawn = [int(v["step"]) for v in json.loads(r.stdout)["data"][off][0]["content"]["data"]["values"]]
+    assert drawn == steps and steps != list(range(len(steps))), (drawn, steps)
 
 
 def check_rl_moved_the_weights(work: Path) -> None:
