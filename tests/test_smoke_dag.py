@@ -160,15 +160,15 @@ def check_experiments_table(run) -> None:
 def check_plots_diff(work: Path, run) -> None:
     """`dvc plots diff` is one page of a few figures, every run of both revisions overlaid, that works offline; each
     run's dvclive curves stay reachable by name."""
-    r = run("dvc", "plots", "diff", "HEAD", "--json")
+    r = run("dvc", "plots", "diff", "baseline", "--json")  # the README's
     ok(r)
     plots = json.loads(r.stdout)["data"]
     assert len(plots) <= 8 and not [k for k in plots if "/live/" in k], sorted(plots)
     accuracy = plots["reports/curves/grpo_validation.csv"]
     values = [v for e in accuracy for v in e["content"]["data"]["values"]]
-    assert {v["rev"] for v in values} == {"HEAD", "workspace"}
+    assert {v["rev"] for v in values} == {"baseline", "workspace"}
     assert {v["run"] for v in values} == {"reinforce_baseline", "no_baseline", "clip_offpolicy"}
-    ok(run("dvc", "plots", "diff", "HEAD", "-o", str(work.parent / "page")))
+    ok(run("dvc", "plots", "diff", "baseline", "-o", str(work.parent / "page")))
     page = (work.parent / "page" / "index.html").read_text()
     assert "vegaEmbed" in page and "cdn.jsdelivr" not in page and "<script src=" not in page  # no download
     one = "results/grpo/reinforce_baseline/live/plots/metrics/eval/accuracy.tsv"

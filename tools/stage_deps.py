@@ -2,7 +2,8 @@
 
 - A stage runs its script, and `a5core.stage.launch` when its command starts with `python -m a5core.stage.launch`.
   What those import, followed through a5core (statements anywhere in a file, inside functions too), is the code
-  whose edit can change the stage's outputs; its packages (a5core/<package>) are the stage's code deps.
+  whose edit can change the stage's outputs; its packages (a5core/<package>) are the stage's code deps (through
+  their hash files, code_hashes/a5core/<package>.txt: a5core/base/code.py).
 - `python -m tools.stage_deps` prints them per script; dvc.spec.yaml lists them per stage as `code:`, which
   `python -m tools.dag` writes into dvc.yaml; tests/test_dvc_deps.py checks that the two agree.
 - Not counted: a5core/__init__.py (a docstring only, tests/test_layers.py keeps it so), and the pipeline line of
