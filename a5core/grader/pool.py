@@ -7,8 +7,8 @@
 - Single calls (`grade`, the reward functions) get the same bound through a one-worker pool (a5core.grader.single).
 - The reward function is named by import path (`module:function`), so users can plug in their own grader.
 - Workers exit when the pipe closes or their parent dies (a watchdog thread), leaving no orphans.
-- A worker is a fresh interpreter that imports the grader alone (`python -c ...serve()`, ~1 s of CPU): a
-  multiprocessing worker also imported its parent's main script, torch and transformers for a stage (~2.5 s).
+- A worker is a fresh interpreter that imports the grader alone (`python -c ...serve()`): a multiprocessing worker
+  also imported its parent's main script, torch and transformers for a stage (reports/grader_pool.md).
 """
 
 from __future__ import annotations
