@@ -5,9 +5,9 @@ would make DVC delete a folder outside it before that run's own check (and a bad
 delete the outputs of the stage it reaches, logs included). This stage reruns whenever any param changes, and every
 stage is downstream of it (fetch_model and prepare_math depend on its output), so `dvc repro` and `dvc exp run` stop
 here. It is the one place the whole file is checked (a5core/checks/params.py); the other stages check the sections
-they load. It also says, in one line per GRPO run, which changed fields (against `--lock`, dvc.lock) the run does
-not read, and so rerun it for nothing (a5core/checks/unread.py). Its output is always the same text: no stage reruns
-because this one did.
+they load. It also says, in one line per GRPO, SFT or EI run, which changed fields (against `--lock`, dvc.lock)
+the run does not read, and so rerun it for nothing (a5core/checks/unread.py). Its output is always the same text:
+no stage reruns because this one did.
 """
 
 from a5core.base.artifacts import write_json

@@ -96,6 +96,8 @@ BAD = [  # (section, key, value, expected message part): each was a traceback or
     ("data", "source", "jsonl:", "is not a path"),
     ("ei", "init_policy", "../../victim", "init_policy '../../victim'"),
     ("data", "n_train", "many", "expected int"),
+    ("grpo", "cliprange", 1.5, "grpo.cliprange: must be > 0 and < 1, got 1.5"),  # issue 64: 1.5 is no clip range
+    ("grpo_runs", "clip_offpolicy", {"cliprange": 1.0}, "grpo_runs.clip_offpolicy.cliprange: must be > 0 and < 1"),
 ]
 
 

@@ -5,4 +5,5 @@ imports it. May import every package but stage/.
   files, init_policy folders, the reward contract)
 - forecast.py: how long the DAG will take (`python -m a5core.checks.forecast`, and the one line per stage that
   a5core/stage/entry.py launches beside each stage)
+- unread.py: the changed fields a GRPO, SFT or EI run does not read (check_params says so before anything runs)
 """

@@ -1,24 +1,31 @@
-"""GRPO params a run does not read, and the changes to them that would rerun its stage for nothing (issue 64).
+"""Params a training run does not read, and the changes to them that would rerun its stage for nothing (issue 64).
 
 DVC keys a stage by whole params sections, so a change to a field the run never reads (`grpo.cliprange` under an
-unclipped loss) reruns the stage to the same training. The check_params stage, the first of every `dvc repro` and
-`dvc exp run`, compares each GRPO run's params with those dvc.lock recorded for its stage and says so, in one line
-per run, before anything runs.
-- `UNREAD`: one small rule per field, each naming the setting that leaves the field unread (checked against the
-  code that reads it: a5core/rl/losses.py, advantages.py, rl_options.py, grpo_update.py).
-- `unread_fields(cfg)`: the fields a run's `GRPOConfig` leaves unread, with why.
-- `unread_notes(params, lock)`: the lines for the runs whose changed fields it does not read.
+unclipped loss, `sft.lr` in an EI round) reruns the stage to the same training. The check_params stage, the first of
+every `dvc repro` and `dvc exp run`, compares each run's params with those dvc.lock recorded for its stage and says
+so, in one line per run, before anything runs.
+- `GRPO_UNREAD`, `SFT_UNREAD`, `EI_SFT_UNREAD`: one small rule per field, each naming the setting that leaves the
+  field unread (checked against the code that reads it: a5core/rl/losses.py, advantages.py, rl_options.py and
+  grpo_update.py for grpo; a5core/rl/sft.py's `sft_step` and stages/sft.py for sft; a5core/rl/ei.py's
+  `round_sft_config` for the `sft` fields an EI round replaces).
+- `unread_fields(cfg)`: the fields a GRPO run's `GRPOConfig` leaves unread, with why.
+- `unread_notes(params, lock)`: the lines for the runs whose changed fields they do not read; an EI run whose start
+  is an SFT model that reads the field is said to rerun through that model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from a5core.base.typed import from_dict
 from a5core.checks.forecast import locked_params
+from a5core.config.sections import SFTRun
+from a5core.rl.ei import EIConfig
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import CLIPPED_LOSSES
+from a5core.rl.sft import SFTConfig
 
 # the built-in losses that ignore `cliprange` (a5core/rl/losses.py's PG_LOSSES less CLIPPED_LOSSES); a loss added
 # with register_pg_loss receives it and may read it
@@ -59,8 +66,8 @@ def _std(cfg: GRPOConfig) -> str | None:
     return _std_switch(cfg) or (None if cfg.use_std_normalization else "use_std_normalization is off")
 
 
-# field -> when the run leaves it unread (None: it reads it)
-UNREAD: dict[str, Callable[[GRPOConfig], str | None]] = {
+# field of `grpo` -> when the run leaves it unread (None: it reads it)
+GRPO_UNREAD: dict[str, Callable[[GRPOConfig], str | None]] = {
     "cliprange": _cliprange,
     "kl_estimator": _kl,
     "max_refill_rounds": _refill,
@@ -72,36 +79,132 @@ UNREAD: dict[str, Callable[[GRPOConfig], str | None]] = {
 }
 
 
+def _sft_constant(cfg: SFTConfig) -> str | None:
+    if cfg.loss_normalization == "per_example":
+        return None
+    return f"loss_normalization {cfg.loss_normalization} divides by no constant"
+
+
+def _sft_reward(cfg: SFTConfig, run: SFTRun) -> str | None:
+    if run.data == "sft/filtered":
+        return None  # it trains on the traces filter_sft_data keeps by this reward
+    return f"filter_sft_data keeps sft/filtered's traces by it; this run trains on {run.data}"
+
+
+# field of `sft` -> when an sft@<run> stage leaves it unread, itself and through its data
+SFT_UNREAD: dict[str, Callable[[SFTConfig, SFTRun], str | None]] = {
+    "normalize_constant": lambda cfg, run: _sft_constant(cfg),
+    "reward_fn": _sft_reward,
+}
+
+# field of `sft` -> when an EI round leaves it unread: round_sft_config replaces it, or the round never reaches it
+EI_SFT_UNREAD: dict[str, Callable[[EIConfig, SFTConfig], str | None]] = {
+    "lr": lambda ei, sft: "a round's learning rate is ei.lr",
+    "epochs": lambda ei, sft: "a round's epochs are ei.sft_epochs",
+    "seed": lambda ei, sft: "a round's data order is drawn from ei.seed",
+    "eval_every": lambda ei, sft: "a round validates only at its end",
+    "warmup_ratio": lambda ei, sft: None if ei.rewarm else "ei.rewarm is off: a round starts at the peak",
+    "reward_fn": lambda ei, sft: "a round keeps its rollouts by ei.reward_fn",
+    "normalize_constant": lambda ei, sft: _sft_constant(sft),
+}
+
+
 def unread_fields(cfg: GRPOConfig) -> dict[str, str]:
     """The fields `cfg`'s run never reads, each with the setting that leaves it unread."""
-    return {field: why for field, rule in UNREAD.items() if (why := rule(cfg))}
+    return {field: why for field, rule in GRPO_UNREAD.items() if (why := rule(cfg))}
+
+
+def _sft_unread(params: dict[str, Any], run: str) -> dict[str, str]:
+    cfg = from_dict(SFTConfig, params["sft"])
+    spec = from_dict(SFTRun, (params.get("sft_runs") or {}).get(run) or {})
+    return {field: why for field, rule in SFT_UNREAD.items() if (why := rule(cfg, spec))}
+
+
+def _ei(params: dict[str, Any], run: str) -> EIConfig:
+    return from_dict(EIConfig, {**params["ei"], **((params.get("ei_runs") or {}).get(run) or {})})
+
+
+def _ei_unread(params: dict[str, Any], run: str) -> dict[str, str]:
+    ei, sft = _ei(params, run), from_dict(SFTConfig, params["sft"])
+    return {field: why for field, rule in EI_SFT_UNREAD.items() if (why := rule(ei, sft))}
+
+
+def _ei_start(params: dict[str, Any], run: str, fields: list[str]) -> str | None:
+    """How an EI run reruns through its start when that start is an SFT model whose run reads `fields`."""
+    start = _ei(params, run).init_policy
+    sft_run = start.removeprefix("sft_")
+    if sft_run == start or sft_run not in (params.get("sft_runs") or {}):
+        return None
+    read = [f"sft.{k}" for k in fields if k not in _sft_unread(params, sft_run)]
+    return f"its start, models/{start}, is retrained with {', '.join(read)}" if read else None
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family's runs are keyed: the section the rules name, its runs, and the stage dvc.lock records."""
+
+    section: str  # the params section whose fields the rules name
+    runs: str  # the table of the family's runs
+    stage: str  # the stage whose recorded params are compared ("{run}" for the run's name)
+    label: str  # how the note names the run's stages
+    unread: Callable[[dict[str, Any], str], dict[str, str]]  # (params, run) -> field -> why it is unread
+    overrides: bool = False  # whether a run's entry overrides the section's fields (grpo_runs)
+    through: Callable[[dict[str, Any], str, list[str]], str | None] = lambda params, run, fields: None
+
+
+FAMILIES = (
+    Family(
+        "grpo",
+        "grpo_runs",
+        "grpo@{run}",
+        "grpo@{run}",
+        lambda params, run: unread_fields(
+            from_dict(GRPOConfig, {**params["grpo"], **((params.get("grpo_runs") or {}).get(run) or {})})
+        ),
+        overrides=True,
+    ),
+    Family("sft", "sft_runs", "sft@{run}", "sft@{run}", _sft_unread),
+    Family("sft", "ei_runs", "ei_round_1@{run}", "ei_round_*@{run}", _ei_unread, through=_ei_start),
+)
 
 
 def _show(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _values(family: Family, params: dict[str, Any], run: str) -> dict[str, Any]:
+    own = (params.get(family.runs) or {}).get(run) or {} if family.overrides else {}
+    return {**(params.get(family.section) or {}), **own}
+
+
+def _note(family: Family, params: dict[str, Any], lock: dict[str, Any], run: str) -> str | None:
+    last = locked_params(lock, family.stage.format(run=run), params)  # its params as dvc.lock recorded them
+    old, new = _values(family, last, run), _values(family, params, run)
+    unread = family.unread(params, run)
+    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+    idle = [k for k in changed if k in unread]
+    if not idle:
+        return None
+    keyed = {family.section, family.runs} if family.overrides else {family.section}
+    others = [k for k in last if k not in keyed and last[k] != params.get(k)]
+    what = "; ".join(f"{family.section}.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
+    through = family.through(params, run, idle)
+    if through:
+        tail = through
+    elif len(idle) == len(changed) and not others:
+        tail = "so, its code and data unchanged, it reruns to the same training"
+    else:
+        tail = "its other changes rerun it"
+    return f"note: {family.label.format(run=run)} does not read {what}; {tail}"
+
+
 def unread_notes(params: dict[str, Any], lock: dict[str, Any]) -> list[str]:
-    """One line per GRPO run whose changed `grpo` fields (from what dvc.lock recorded for its stage) include some it
-    does not read; it says whether the stage reruns for them alone. `params` has passed the checker."""
+    """One line per run whose changed fields (from what dvc.lock recorded for its stage) include some it does not
+    read; it says whether the stage reruns for them alone. `params` has passed the checker."""
+    recorded = set(lock.get("stages") or {})
     notes = []
-    for run, overrides in (params.get("grpo_runs") or {}).items():
-        stage = f"grpo@{run}"
-        if stage not in (lock.get("stages") or {}):
-            continue
-        last = locked_params(lock, stage, params)  # the params it last ran with, as dvc.lock recorded them
-        old = {**(last.get("grpo") or {}), **((last.get("grpo_runs") or {}).get(run) or {})}
-        new = {**params["grpo"], **(overrides or {})}
-        unread = unread_fields(from_dict(GRPOConfig, new))
-        changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
-        idle = [k for k in changed if k in unread]
-        if not idle:
-            continue
-        others = [k for k in last if not k.startswith("grpo") and last[k] != params.get(k)]
-        what = "; ".join(f"grpo.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
-        alone = len(idle) == len(changed) and not others
-        tail = (
-            "so, its code and data unchanged, it reruns to the same training" if alone else "its other changes rerun it"
-        )
-        notes.append(f"note: {stage} does not read {what}; {tail}")
+    for family in FAMILIES:
+        for run in params.get(family.runs) or {}:
+            if family.stage.format(run=run) in recorded and (line := _note(family, params, lock, run)):
+                notes.append(line)
     return notes
