@@ -204,6 +204,11 @@ def _nothing_kept(n_samples: int, round_idx: int, cfg: EIConfig) -> str:
     return msg
 
 
+def _scratch_checkpointer(scratch: str | None, name: str, fp: str, every: int) -> Checkpointer | None:
+    """The checkpointer of `scratch/name` (None without a scratch folder: nothing resumes)."""
+    return Checkpointer(f"{scratch}/{name}", fp, every) if scratch else None
+
+
 def ei_round(
     policy,
     tokenizer,
@@ -222,11 +227,8 @@ def ei_round(
     compute: Compute = Compute(),
 ) -> RunResult:
     """One EI round; trains `policy` in place (see the module docstring) with the stage's `compute` settings.
-
-    `scratch` (with fingerprint `fp` of everything the round depends on): where the graded rollouts and the SFT
-    checkpoints are kept so that a killed round resumes. The round's SFT steps are logged to `history`.
-    """
-    gen_ckpt = Checkpointer(f"{scratch}/rollouts", fp, 1) if scratch else None
+    `scratch` (with fingerprint `fp` of everything the round depends on) keeps the graded rollouts and the SFT
+    checkpoints, so that a killed round resumes. The round's SFT steps are logged to `history`."""
     samples, entropies = graded_rollouts(
         policy,
         tokenizer,
@@ -235,7 +237,7 @@ def ei_round(
         round_idx=round_idx,
         cfg=cfg,
         pool=pool,
-        ckpt=gen_ckpt,
+        ckpt=_scratch_checkpointer(scratch, "rollouts", fp, 1),
         compute=compute,
     )
     kept, rollouts, report = kept_rollouts(samples, entropies, cfg, round_idx)
@@ -244,16 +246,14 @@ def ei_round(
         final = validate(policy, full=True)
         log_evaluation(history, 0, final, n_completions)
         return RunResult(final, {**report, "trained": False, "message": msg}, rollouts)
-    sft_ckpt = Checkpointer(f"{scratch}/sft", fp, sft_cfg.checkpoint_every) if scratch else None
-    rows = [{"unique_id": s.unique_id, "prompt": s.prompt, "response": s.response} for s in kept]
     trained = train_sft(
         policy,
         tokenizer,
-        rows=rows,
+        rows=[{"unique_id": s.unique_id, "prompt": s.prompt, "response": s.response} for s in kept],
         cfg=round_sft_config(cfg, sft_cfg, round_idx),
         validate=validate,
         history=history,
-        ckpt=sft_ckpt,
+        ckpt=_scratch_checkpointer(scratch, "sft", fp, sft_cfg.checkpoint_every),
         n_completions=n_completions,
         compute=compute,
     )

@@ -128,6 +128,22 @@ def _pad_stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - r.shape[0]))) for r in rows])  # (b, T)
 
 
+def _forward(policy, cfg: GRPOConfig, b: dict, compute: Compute) -> dict:
+    """The policy's log-probs and token entropies of micro-batch `b`'s responses (entropy with its gradient only
+    when the loss has an entropy term)."""
+    with autocast_context(policy, compute.autocast_on):
+        return get_response_log_probs(
+            policy,
+            b["input_ids"],
+            b["labels"],
+            return_token_entropy=True,
+            share_prefix=True,
+            entropy_grad=bool(cfg.entropy_coef),
+            lengths=b["lengths"],
+            cut=compute.cut,
+        )
+
+
 def _micro_step(
     policy,
     cfg: GRPOConfig,
@@ -141,17 +157,7 @@ def _micro_step(
     """Forward/backward of micro-batch `mi` with its share of the step's loss (times `weight`: 0 is a fsdp2 rank's
     repeat that only keeps the collectives in step); returns its sums for the log."""
     b = _batch(rollouts, mi, device)
-    with autocast_context(policy, compute.autocast_on):
-        out = get_response_log_probs(
-            policy,
-            b["input_ids"],
-            b["labels"],
-            return_token_entropy=True,
-            share_prefix=True,
-            entropy_grad=bool(cfg.entropy_coef),
-            lengths=b["lengths"],
-            cut=compute.cut,
-        )
+    out = _forward(policy, cfg, b, compute)
     width, mask = b["labels"].shape[1], b["response_mask"]
     old = _pad_stack([rollouts.old_log_probs[i] for i in mi], width) if rollouts.old_log_probs else None  # (b, T)
     terms, option_terms = loss_terms(cfg, out, old, rollouts, mi, width)

@@ -282,10 +282,16 @@ def grpo_microbatch_train_step(
     loss = LENGTH_NORMALIZERS[length_normalization](per_token, response_mask, normalize_constant)
     loss = loss / gradient_accumulation_steps  # ()
     loss.backward()
+    return loss.detach(), _with_clip_fractions(meta, response_mask)
+
+
+def _with_clip_fractions(meta: dict[str, Tensor], response_mask: Tensor) -> dict[str, Tensor]:
+    """`meta` with `clip_fraction` (and `dual_clip_fraction` where the loss dual-clips): the share of response tokens
+    whose clipped side was the smaller; 0 for losses without clipping."""
     if "clipped" in meta:
         meta["clip_fraction"] = masked_mean(meta["clipped"].float(), response_mask)  # ()
         if "dual_clipped" in meta:
             meta["dual_clip_fraction"] = masked_mean(meta["dual_clipped"].float(), response_mask)  # ()
     else:
         meta["clip_fraction"] = torch.zeros(())
-    return loss.detach(), meta
+    return meta

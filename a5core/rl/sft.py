@@ -149,6 +149,13 @@ def optimizer_step(
     }
 
 
+def example_order(n: int, cfg: SFTConfig) -> list[int]:
+    """The indices of `n` examples in training order: each epoch a fresh seeded shuffle of them all."""
+    return [
+        i for e in range(cfg.epochs) for i in random.Random(derive_seed(cfg.seed, "sft_order", e)).sample(range(n), n)
+    ]
+
+
 def train_sft(
     policy,
     tokenizer,
@@ -173,11 +180,7 @@ def train_sft(
         raise ValueError("no SFT examples to train on (is the filtered data empty?)")
     device = next(policy.parameters()).device
     examples = encode_examples(tokenizer, rows)
-    order = [
-        i
-        for e in range(cfg.epochs)
-        for i in random.Random(derive_seed(cfg.seed, "sft_order", e)).sample(range(len(examples)), len(examples))
-    ]
+    order = example_order(len(examples), cfg)
     total = math.ceil(len(order) / cfg.batch_size)
     opt = make_optimizer(policy, cfg.lr, cfg.weight_decay, update=compute.weight_update)
     sched = make_schedule(opt, total, round(cfg.warmup_ratio * total), cfg.schedule)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import random
@@ -223,12 +224,16 @@ def _with_code(fp: str) -> str:
     """`fp` (params and inputs) and the code that runs as the code_hashes stage hashes it (a5core/base/code.py):
     a5core, rewards/ and the stage script, so outputs kept by other code are never put back under this code's
     dvc.lock entry (and a docstring edit does not discard them)."""
+    return hashlib.sha256((fp + _code()).encode()).hexdigest()
+
+
+@functools.cache
+def _code() -> str:
+    """The fingerprints of the code this process runs (a5core, rewards/, its script), hashed once: the stage's
+    start, its end and a put-back see the same code."""
     repo = Path(__file__).resolve().parents[2]
     roots = [*(p for name, p in code_roots(repo).items() if not name.startswith("stages/")), Path(sys.argv[0])]
-    digest = hashlib.sha256(fp.encode())
-    for root in roots:
-        digest.update(code_fingerprint(root.resolve(), root.resolve().parent).encode())
-    return digest.hexdigest()
+    return "".join(code_fingerprint(root.resolve(), root.resolve().parent) for root in roots)
 
 
 def grader_pool(cfg: EvalConfig, reward_fn: str | None = None) -> GraderPool:
