@@ -36,3 +36,18 @@ def test_runs_that_did_not_change_stay_when_they_fit():
     lines = table([_row("baseline", 3e-5, 0.0), _row("lr", 3e-6, 0.0)])
     assert "grpo/reinforce_baseline acc (95%)" in lines[0] and "sft/full acc (95%)" in lines[0]
     assert lines[1].split()[:3] == ["baseline", "3e-05", "0.000"]
+
+
+def test_when_no_accuracy_changed_the_changed_familys_runs_stay():
+    """`python -m tools.exps` without --family after an experiment that changed no accuracy (the smoke model): too wide
+    for every run, it keeps the runs of the family whose param changed, and says how many it left out."""
+    rows = [_row("baseline", 3e-5, 0.0), _row("lr", 3e-6, 0.0)]
+    for row in rows:
+        for k in range(6):
+            row |= {SFT.replace("full", f"size_{k}"): 0.2, SFT.replace("full", f"size_{k}") + "_lo": 0.1}
+            row |= {SFT.replace("full", f"size_{k}") + "_hi": 0.3}
+    lines = table(rows)
+    assert lines[0].split() == ["experiment", "grpo.lr", "grpo/reinforce_baseline", "acc", "(95%)"]
+    assert lines[1].split()[:3] == ["baseline", "3e-05", "0.000"] and lines[2].split()[:3] == ["lr", "3e-06", "0.000"]
+    assert lines[-1] == "(7 run(s) with the same accuracy in every row left out: --family)"
+    assert max(map(len, lines)) <= WIDTH

@@ -145,8 +145,18 @@ def test_whole_dag_on_smoke_profile(tmp_path):
 
 
 def check_experiments_table(run) -> None:
-    """`python -m tools.exps`, the README's comparison: the baseline experiment and the new one, the param that
-    differs, and each GRPO run's accuracy with its interval, in 120 columns."""
+    """`python -m tools.exps`, the README's comparison as the README types it: the baseline experiment and the new
+    one, the param that differs, and the GRPO runs' accuracy with its interval, in 120 columns (every run of the
+    smoke profile does not fit: those whose accuracy is the same in every row are left out, the changed family's
+    runs kept when none differs), then with --family grpo every GRPO run."""
+    r = run(sys.executable, "-m", "tools.exps")
+    ok(r)
+    lines = r.stdout.splitlines()
+    assert "grpo.lr" in lines[0] and re.search(r"grpo/\w+ acc \(95%\)", lines[0]), r.stdout
+    rows = {line.split()[0]: line for line in lines[1:] if not line.startswith("(")}
+    assert "baseline" in rows and any("3e-06" in line for line in rows.values()), r.stdout
+    assert all(re.search(r"\d\.\d{3} \(\d\.\d{3}–\d\.\d{3}\)", rows[name]) for name in rows), r.stdout
+    assert max(map(len, lines)) <= 120
     r = run(sys.executable, "-m", "tools.exps", "--family", "grpo")
     ok(r)
     lines = r.stdout.splitlines()

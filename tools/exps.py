@@ -7,7 +7,7 @@ and each run's validation accuracy with its 95% interval, in at most 120 columns
 `dvc exp show` names a metric by its file (`results/grpo/<run>/metrics.json:eval/accuracy`) and lists every param,
 so even `--only-changed` or `--drop/--keep` leave a table wider than a terminal; this reads the same table
 (`dvc.api.exp_show`) and prints it short. When every run does not fit, runs whose accuracy is the same in every row
-are left out first.
+are left out first (if none differs, the runs of the families whose params changed stay), and the table says so.
 """
 
 from __future__ import annotations
@@ -40,10 +40,19 @@ def table(rows: list[dict], family: str | None = None) -> list[str]:
     columns = {run: [accuracy(r, run) for r in rows] for run in runs}
     lines = _lines(rows, params, columns)
     if any(len(line) > WIDTH for line in lines):  # the runs that differ between experiments come first
-        lines = _lines(rows, params, {run: acc for run, acc in columns.items() if len(set(acc)) > 1})
+        kept = {run: acc for run, acc in columns.items() if len(set(acc)) > 1} or _changed_family(columns, params)
+        lines = _lines(rows, params, kept)
+        lines.append(f"({len(columns) - len(kept)} run(s) with the same accuracy in every row left out: --family)")
     if any(len(line) > WIDTH for line in lines):
         return [line[:WIDTH] for line in lines] + [f"(cut at {WIDTH} columns: --family narrows it)"]
     return lines
+
+
+def _changed_family(columns: dict[str, list[str]], params: list[str]) -> dict[str, list[str]]:
+    """When no run's accuracy differs: the runs of the families whose params changed (`grpo.lr` -> the GRPO runs), so
+    the table still shows what the experiment compares; every run when no family's param changed."""
+    families = {p.split(".")[0].removesuffix("_runs") for p in params}
+    return {run: acc for run, acc in columns.items() if run.split("/")[0] in families} or columns
 
 
 def _lines(rows: list[dict], params: list[str], columns: dict[str, list[str]]) -> list[str]:
