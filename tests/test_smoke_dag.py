@@ -115,6 +115,12 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     ok(r)
     assert ran_stages(r) <= {"check_params"}, ran_stages(r)  # key no stage (issue 58)
     ok(run("dvc", "exp", "remove", "quiet"))  # out of the experiments table below
+    # a field no run of its family reads: check_params, the first stage, says so before anything runs (issue 64)
+    r = run("dvc", "exp", "run", "-n", "unread", "-S", "profile=smoke", "-S", "grpo.cliprange=0.3", "check_params")
+    ok(r)
+    assert "note: grpo@reinforce_baseline does not read grpo.cliprange (null -> 0.3: loss_type" in r.stdout, r.stdout
+    assert "note: grpo@clip_offpolicy" not in r.stdout, r.stdout  # grpo_clip reads it
+    ok(run("dvc", "exp", "remove", "unread"))
     r = run("dvc", "exp", "run", "-S", "profile=smoke", "-S", "grpo.lr=3e-6")  # the README's form
     ok(r)
     # the GRPO runs rerun, and the plots when their results changed
@@ -134,6 +140,9 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     curves = read_log(work / "reports" / "curves" / "grpo_validation.csv")
     walls = [row["wall_s"] for row in curves if row["run"] == "reinforce_baseline"]
     assert len(walls) >= 2 and all(isinstance(w, (int, float)) for w in walls) and walls[-1] > 0, curves
+    # the plotted wall-clock is the restored run's own (issue 64 saw 1281.8 s plotted beside 738.3 s in its record)
+    timed = [row["perf/wall_s"] for row in read_log(record / "timing_eval.csv")]
+    assert walls == pytest.approx(timed, abs=0.05), (walls, timed)
     # from the baseline again, the zero-shot eval's params rerun only the zero-shot eval (and the plots that read it)
     assert run("git", "checkout", "--", ".").returncode == 0
     ok(run("dvc", "checkout"))
