@@ -157,3 +157,37 @@ def test_the_check_params_stage_prints_the_note_from_the_recorded_lock(tmp_path)
     cmd[cmd.index("--params") + 1] = str(tmp_path / "params.yaml")  # the recorded values: no note
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "note: " not in out.stdout
+
+
+def _section_lock(generation: dict, distributed: dict) -> dict:
+    recorded = {"generation": generation, "distributed": distributed}
+    stages = {name: {"params": {"params.yaml": recorded}} for name in ("sft@24", "grpo@plain", "check_params")}
+    stages["baseline_eval"] = {"params": {"params.yaml": {"generation": generation}}}
+    return {"stages": stages}
+
+
+def test_shared_sections_name_the_vllm_fields_under_hf_and_the_strategy_on_one_process():
+    gen = {"backend": "hf", "batch_size": 64, "gpu_memory_utilization": 0.85, "verify_weight_sync": True}
+    gen |= {"sync_tolerance": 0.1, "layout": "two_gpu", "cuda_graphs": True, "dtype": "auto"}
+    dist = {"nproc": 1, "nnodes": 1, "strategy": "ddp"}
+    lock = _section_lock(gen, dist)
+    params = {"generation": {**gen, "gpu_memory_utilization": 0.5}, "distributed": {**dist, "strategy": "fsdp2"}}
+    generation, distributed = unread_notes(params, lock)
+    assert generation == (
+        "note: no stage reads generation.gpu_memory_utilization (0.85 -> 0.5: backend hf generates with the policy, "
+        "no vLLM engine); DVC keys 3 stage(s) by the generation section, so they rerun for it alone"
+    )  # check_params, which records the whole file, is not counted
+    assert distributed.startswith("note: no stage reads distributed.strategy (ddp -> fsdp2: one process")
+    params["generation"]["batch_size"] = 8  # read by the hf backend
+    assert unread_notes(params, lock)[0].endswith("so its other changes rerun them")
+    vllm = {**gen, "backend": "vllm"}
+    lock = _section_lock(vllm, {**dist, "nproc": 2})  # an engine reads them; two processes read the strategy
+    params = {"generation": {**vllm, "gpu_memory_utilization": 0.5}, "distributed": {**dist, "nproc": 2}}
+    assert unread_notes(params, lock) == []
+    (note,) = unread_notes({**params, "generation": {**vllm, "batch_size": 8}}, lock)
+    assert "generation.batch_size (64 -> 8: backend vllm batches its requests itself)" in note
+    off = {**vllm, "verify_weight_sync": False}
+    assert (
+        "sync_tolerance"
+        in unread_notes({**params, "generation": {**off, "sync_tolerance": 0.2}}, _section_lock(off, dist))[0]
+    )

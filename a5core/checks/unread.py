@@ -8,6 +8,8 @@ so, in one line per run, before anything runs.
   field unread (checked against the code that reads it: a5core/rl/losses.py, advantages.py, rl_options.py and
   grpo_update.py for grpo; a5core/rl/sft.py's `sft_step` and stages/sft.py for sft; a5core/rl/ei.py's
   `round_sft_config` for the `sft` fields an EI round replaces).
+- `SECTION_UNREAD`: the same for the shared sections every training stage is keyed by (`generation`'s vLLM-only
+  fields under the hf backend, `distributed.strategy` on one process).
 - `unread_fields(cfg)`: the fields a GRPO run's `GRPOConfig` leaves unread, with why.
 - `unread_notes(params, lock)`: the lines for the runs whose changed fields they do not read; an EI run whose start
   is an SFT model that reads the field is said to rerun through that model.
@@ -21,7 +23,8 @@ from typing import Any
 
 from a5core.base.typed import from_dict
 from a5core.checks.forecast import locked_params
-from a5core.config.sections import SFTRun
+from a5core.config.sections import GenerationConfig, SFTRun
+from a5core.model.distributed import DistributedConfig
 from a5core.rl.ei import EIConfig
 from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.losses import CLIPPED_LOSSES
@@ -106,6 +109,40 @@ EI_SFT_UNREAD: dict[str, Callable[[EIConfig, SFTConfig], str | None]] = {
     "warmup_ratio": lambda ei, sft: None if ei.rewarm else "ei.rewarm is off: a round starts at the peak",
     "reward_fn": lambda ei, sft: "a round keeps its rollouts by ei.reward_fn",
     "normalize_constant": lambda ei, sft: _sft_constant(sft),
+}
+
+
+def _vllm_only(gen: GenerationConfig) -> str | None:
+    return None if gen.backend == "vllm" else f"backend {gen.backend} generates with the policy, no vLLM engine"
+
+
+def _sync_tolerance(gen: GenerationConfig) -> str | None:
+    return _vllm_only(gen) or (None if gen.verify_weight_sync else "verify_weight_sync is off")
+
+
+def _hf_only(gen: GenerationConfig) -> str | None:
+    return None if gen.backend == "hf" else f"backend {gen.backend} batches its requests itself"
+
+
+def _one_process(dist: DistributedConfig) -> str | None:
+    return None if dist.nproc * dist.nnodes > 1 else "one process (nproc 1, nnodes 1): nothing to shard or replicate"
+
+
+# section -> (its config, field -> when no stage reads it): a5core/generation/vllm.py and __init__.py (make_backend),
+# a5core/run/plan.py (CUDA only), a5core/model/distributed.py's shard
+SECTION_UNREAD: dict[str, tuple[type, dict[str, Callable[[Any], str | None]]]] = {
+    "generation": (
+        GenerationConfig,
+        {
+            "layout": _vllm_only,
+            "gpu_memory_utilization": _vllm_only,
+            "verify_weight_sync": _vllm_only,
+            "sync_tolerance": _sync_tolerance,
+            "cuda_graphs": _vllm_only,
+            "batch_size": _hf_only,
+        },
+    ),
+    "distributed": (DistributedConfig, {"strategy": _one_process}),
 }
 
 
@@ -198,13 +235,36 @@ def _note(family: Family, params: dict[str, Any], lock: dict[str, Any], run: str
     return f"note: {family.label.format(run=run)} does not read {what}; {tail}"
 
 
+def _section_note(section: str, params: dict[str, Any], lock: dict[str, Any]) -> str | None:
+    """The line for a shared section whose changed fields no stage reads (against the first stage dvc.lock recorded
+    it for), naming how many stages DVC reruns for them, since it keys them by the whole section."""
+    recorded = [  # check_params records the whole file: it reruns on any change
+        entry["params"]["params.yaml"][section]
+        for name, entry in (lock.get("stages") or {}).items()
+        if name != "check_params" and section in ((entry.get("params") or {}).get("params.yaml") or {})
+    ]
+    if not recorded or section not in params:
+        return None
+    cls, rules = SECTION_UNREAD[section]
+    old, new = recorded[0], params[section]
+    unread = {field: why for field, rule in rules.items() if (why := rule(from_dict(cls, new)))}
+    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+    idle = [k for k in changed if k in unread]
+    if not idle:
+        return None
+    what = "; ".join(f"{section}.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
+    tail = "its other changes rerun them" if len(idle) < len(changed) else "they rerun for it alone"
+    return f"note: no stage reads {what}; DVC keys {len(recorded)} stage(s) by the {section} section, so {tail}"
+
+
 def unread_notes(params: dict[str, Any], lock: dict[str, Any]) -> list[str]:
     """One line per run whose changed fields (from what dvc.lock recorded for its stage) include some it does not
-    read; it says whether the stage reruns for them alone. `params` has passed the checker."""
+    read, saying whether the stage reruns for them alone; one line per shared section (generation, distributed)
+    whose changed fields no stage reads. `params` has passed the checker."""
     recorded = set(lock.get("stages") or {})
     notes = []
     for family in FAMILIES:
         for run in params.get(family.runs) or {}:
             if family.stage.format(run=run) in recorded and (line := _note(family, params, lock, run)):
                 notes.append(line)
-    return notes
+    return notes + [line for section in SECTION_UNREAD if (line := _section_note(section, params, lock))]
