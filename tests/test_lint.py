@@ -3,6 +3,7 @@
 to its end (issue 60: the signature is read too; one whose parameters fill many lines wants fewer of them)."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,19 @@ def test_no_function_longer_than_50_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+BACKEND_NAME_TEST = re.compile(r"""backend\b["'\]\)]*\s*[!=]=|getattr\([^)]*"takes_shards\"""")
+
+
+def test_no_backend_name_test_outside_generation():
+    """Issue 60: a generation backend declares its facts (a5core/config/sections.py `BACKEND_FACTS`: its own engine,
+    shards, a GPU of its own); code outside a5core/generation/ reads those, never the backend's name."""
+    found = []
+    for path in sorted([*(ROOT / "a5core").rglob("*.py"), *(ROOT / "stages").glob("*.py")]):
+        if "generation" in path.relative_to(ROOT / "a5core").parts[:1] if ROOT / "a5core" in path.parents else False:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if BACKEND_NAME_TEST.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, found

@@ -175,7 +175,7 @@ def test_shared_sections_name_the_vllm_fields_under_hf_and_the_strategy_on_one_p
     generation, distributed = unread_notes(params, lock)
     assert generation == (
         "note: no stage reads generation.gpu_memory_utilization (0.85 -> 0.5: backend hf generates with the policy, "
-        "no vLLM engine); DVC keys 3 stage(s) by the generation section, so they rerun for it alone"
+        "no engine of its own); DVC keys 3 stage(s) by the generation section, so they rerun for it alone"
     )  # check_params, which records the whole file, is not counted
     assert distributed.startswith("note: no stage reads distributed.strategy (ddp -> fsdp2: one process")
     params["generation"]["batch_size"] = 8  # read by the hf backend
@@ -185,7 +185,7 @@ def test_shared_sections_name_the_vllm_fields_under_hf_and_the_strategy_on_one_p
     params = {"generation": {**vllm, "gpu_memory_utilization": 0.5}, "distributed": {**dist, "nproc": 2}}
     assert unread_notes(params, lock) == []
     (note,) = unread_notes({**params, "generation": {**vllm, "batch_size": 8}}, lock)
-    assert "generation.batch_size (64 -> 8: backend vllm batches its requests itself)" in note
+    assert "generation.batch_size (64 -> 8: backend vllm's engine batches its requests itself)" in note
     off = {**vllm, "verify_weight_sync": False}
     assert (
         "sync_tolerance"

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from a5core.config.sections import ConfigError, EvalConfig, from_dict, reward_fn_problem
+from a5core.config.sections import BACKEND_FACTS, ConfigError, EvalConfig, engine_gpu, from_dict, reward_fn_problem
 from a5core.run.dag import dag_outputs, writer_of
 
 CONTRACT_PAIRS = (("</think> <answer>4</answer>", "4"), ("</think> <answer>5</answer>", "4"))  # correct, wrong
@@ -116,7 +116,7 @@ def distributed_problems(params: dict) -> list[str]:
     if world == 1:
         return []
     found = []
-    if gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu":
+    if engine_gpu(gen.get("backend", "hf"), gen.get("layout")):
         found.append("distributed: on N ranks each rank's vLLM engine shares its GPU; set generation.layout: one_gpu")
     if cfg.get("strategy") == "fsdp2":
         runs = [{**(params.get("grpo") or {}), **(o or {})} for o in (params.get("grpo_runs") or {}).values()]
@@ -129,8 +129,9 @@ def staleness_problems(params: dict) -> list[str]:
     """grpo.max_staleness 1 where nothing would overlap: a vLLM engine colocated with the learner sleeps while it
     trains (generation.layout one_gpu), so the rollouts would only be staler."""
     gen = params.get("generation") or {}
-    if gen.get("backend") != "vllm" or gen.get("layout") != "one_gpu":
-        return []
+    backend = gen.get("backend", "hf")
+    if not BACKEND_FACTS[backend].own_engine or engine_gpu(backend, gen.get("layout")):
+        return []  # the policy generates itself, or its engine has a GPU of its own
     runs = {"grpo": params.get("grpo") or {}}
     runs |= {f"grpo_runs.{n}": {**runs["grpo"], **(o or {})} for n, o in (params.get("grpo_runs") or {}).items()}
     return [

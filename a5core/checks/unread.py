@@ -113,7 +113,7 @@ EI_SFT_UNREAD: dict[str, Callable[[EIConfig, SFTConfig], str | None]] = {
 
 
 def _vllm_only(gen: GenerationConfig) -> str | None:
-    return None if gen.backend == "vllm" else f"backend {gen.backend} generates with the policy, no vLLM engine"
+    return None if gen.facts.own_engine else f"backend {gen.backend} generates with the policy, no engine of its own"
 
 
 def _sync_tolerance(gen: GenerationConfig) -> str | None:
@@ -121,7 +121,7 @@ def _sync_tolerance(gen: GenerationConfig) -> str | None:
 
 
 def _hf_only(gen: GenerationConfig) -> str | None:
-    return None if gen.backend == "hf" else f"backend {gen.backend} batches its requests itself"
+    return None if not gen.facts.own_engine else f"backend {gen.backend}'s engine batches its requests itself"
 
 
 def _one_process(dist: DistributedConfig) -> str | None:

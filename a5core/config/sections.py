@@ -192,6 +192,29 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class BackendFacts:
+    """What the pipeline plans around for a generation backend, known before it starts (issue 60): the backends in
+    a5core/generation/ declare theirs from this table, and nothing outside generation/ tests a backend's name."""
+
+    own_engine: bool  # an engine with its own weights, dtype and batching generates (vLLM); else the policy itself (hf)
+    takes_shards: (
+        bool  # under fsdp2 it loads the policy's shards itself, so no rank keeps a whole copy to generate from
+    )
+    own_gpu_layouts: tuple[str, ...] = ()  # the generation.layout values that put its engine on a GPU of its own
+
+
+BACKEND_FACTS: dict[str, BackendFacts] = {
+    "hf": BackendFacts(own_engine=False, takes_shards=False),
+    "vllm": BackendFacts(own_engine=True, takes_shards=True, own_gpu_layouts=("two_gpu",)),
+}
+
+
+def engine_gpu(backend: str, layout: str | None) -> bool:
+    """Whether `backend` under `layout` puts its engine on a GPU of its own, beside the policy's (vLLM's two_gpu)."""
+    return layout in BACKEND_FACTS[backend].own_gpu_layouts
+
+
+@dataclass(frozen=True)
 class GenerationConfig(Section):
     backend: Literal["hf", "vllm"] = "hf"  # hf: the policy's own sampling loop; vllm: the vLLM engine
     layout: Literal["two_gpu", "one_gpu"] = "two_gpu"  # vllm on CUDA: engine on a second GPU, or colocated (sleep mode)
@@ -206,6 +229,21 @@ class GenerationConfig(Section):
     )
     sync_tolerance: PositiveFloat = 0.1  # largest mean |log-prob difference| (nats) the check accepts
     cuda_graphs: bool = True  # vllm on CUDA: compile and capture CUDA graphs (vLLM's default); false: enforce_eager
+
+    @property
+    def facts(self) -> BackendFacts:
+        return BACKEND_FACTS[self.backend]
+
+    @property
+    def engine_gpu(self) -> bool:
+        """Whether the engine takes a GPU of its own, beside the policy's (vLLM's two_gpu layout)."""
+        return engine_gpu(self.backend, self.layout)
+
+    @property
+    def policy_dtype(self) -> str:
+        """The dtype the policy object generates in: `dtype` when it generates itself (hf); float32 (no copy) when an
+        engine of its own generates, whose dtype is the engine's."""
+        return "float32" if self.facts.own_engine else self.dtype
 
 
 @dataclass(frozen=True)

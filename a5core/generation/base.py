@@ -30,6 +30,8 @@ class Completion:
 
 
 class Backend(Protocol):
+    takes_shards: bool  # its facts (a5core/config/sections.py BACKEND_FACTS): under fsdp2, synced from the shards
+
     def generate(self, prompts: list[str], sampling: SamplingConfig, progress: bool = True) -> list[list[Completion]]:
         """`sampling.n` completions for each prompt, in prompt order."""
 

@@ -28,7 +28,7 @@ import copy
 import torch
 
 from a5core.base.progress import bar as progress_bar
-from a5core.config.sections import SamplingConfig
+from a5core.config.sections import BACKEND_FACTS, SamplingConfig
 from a5core.generation.base import Completion, request_seed, truncate_at_stop
 from a5core.model.logprobs import compute_entropy
 
@@ -85,6 +85,7 @@ class HFBackend:
     """
 
     STOP_TAIL_TOKENS = 16  # stop strings are searched in the decoded tail of this many tokens
+    takes_shards = BACKEND_FACTS["hf"].takes_shards  # fsdp2: generates from a whole copy of the weights on each rank
 
     def __init__(self, model, tokenizer, batch_size: int = 32, bf16: bool = False):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size

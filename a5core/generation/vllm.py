@@ -30,7 +30,7 @@ import os
 import torch
 
 from a5core.base.errors import ProjectError
-from a5core.config.sections import GenerationConfig, SamplingConfig
+from a5core.config.sections import BACKEND_FACTS, GenerationConfig, SamplingConfig
 from a5core.generation.base import Completion, request_seed
 from a5core.generation.vllm_weights import compare_on_worker, reload_on_worker, required_compared
 from a5core.model import distributed, lora
@@ -210,7 +210,7 @@ class VLLMBackend:
         self._sleep()
         return [[_completion(o) for o in out.outputs] for out in outputs]
 
-    takes_shards = True  # fsdp2: synced from the shards themselves, one gathered tensor at a time (`WholeState`)
+    takes_shards = BACKEND_FACTS["vllm"].takes_shards  # fsdp2: synced from the shards, one gathered tensor at a time
 
     def keep_own_weights(self) -> None:
         """The engine always generates from its own copy of the weights (a sync loads them)."""

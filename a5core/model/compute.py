@@ -56,7 +56,7 @@ class Compute:
         """The `model` section (and `generation`'s dtype, for the hf backend: a vLLM engine has its own) resolved on
         `device` (the autocast lines printed unless `quiet`); `planned_tokens`: the memory plan's micro-batch, what
         `micro_batch_tokens: auto` means on CUDA."""
-        gen_dtype = generation.dtype if generation is not None and generation.backend == "hf" else "float32"
+        gen_dtype = generation.policy_dtype if generation is not None else "float32"
         return cls(
             Cut.of(model, planned_tokens),
             resolved(model.autocast, device, weights=model.dtype, generation=gen_dtype, quiet=quiet),

@@ -350,7 +350,7 @@ class FullWeightsBackend:
         self.inner = inner
 
     def sync_weights(self, policy) -> None:
-        self.inner.sync_weights(policy if getattr(self.inner, "takes_shards", False) else full_weights(policy))
+        self.inner.sync_weights(policy if self.inner.takes_shards else full_weights(policy))
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

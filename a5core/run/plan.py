@@ -29,7 +29,15 @@ from pathlib import Path
 
 import yaml
 
-from a5core.config.sections import GenerationConfig, ModelConfig, ReplicatesConfig, from_dict, load_section, read_params
+from a5core.config.sections import (
+    BACKEND_FACTS,
+    GenerationConfig,
+    ModelConfig,
+    ReplicatesConfig,
+    from_dict,
+    load_section,
+    read_params,
+)
 from a5core.model.arch import KNOWN, Arch, architecture
 
 GB = 1024**3
@@ -164,11 +172,11 @@ def memory_plan(
 ) -> list[DevicePlan]:
     """One DevicePlan per GPU the layout uses (of each rank, on N ranks); `rollout_tokens`: a generated sequence's
     longest (prompt and response), what the hf backend's KV cache holds per row."""
-    hf_copy = gen.backend == "hf"  # fsdp2: the hf backend generates from a whole copy on each rank
+    hf_copy = not gen.facts.takes_shards  # fsdp2: a backend that takes no shards generates from a whole copy per rank
     chosen = (update, logits_chunk, checkpointing, adapters, shards, hf_copy)
     train = training_memory(arch, dtype, micro_batch, seq_len, *chosen)
     resident = {k: v for k, v in train.items() if k in RESIDENT}  # gradients are freed after each optimizer step
-    if gen.backend == "hf":  # the policy generates itself, on its own GPU: no engine (generation.layout is vLLM's)
+    if not gen.facts.own_engine:  # the policy generates itself, on its own GPU: no engine (generation.layout is vLLM's)
         generating = {**resident, **hf_generation_memory(arch, dtype, gen.batch_size, rollout_tokens)}
         return [
             DevicePlan("GPU 0 while generating (hf backend)", generating, gpu_gb),
@@ -225,9 +233,10 @@ def rl_option_memory(
     if any(r.get("kl_coef") for r in runs):
         extra["reference policy (grpo.kl_coef)"] = arch.parameters * BYTES[dtype] / GB
     gen = params["generation"]  # the plan is for CUDA, where generation.dtype auto is bf16 (model/autocast.py)
-    if gen["backend"] == "hf" and dtype == "float32" and gen["dtype"] != "float32":
+    policy_generates = not BACKEND_FACTS[gen["backend"]].own_engine
+    if policy_generates and dtype == "float32" and gen["dtype"] != "float32":
         extra["hf backend's bf16 copy of the weights (generation.dtype)"] = arch.parameters * BYTES["bfloat16"] / GB
-    elif gen["backend"] == "hf" and any(r.get("max_staleness") for r in runs):
+    elif policy_generates and any(r.get("max_staleness") for r in runs):
         extra["hf backend's own weights (grpo.max_staleness)"] = arch.parameters * BYTES[dtype] / GB
     if any(r.get("entropy_coef") for r in runs):
         tokens = min(micro_batch * seq_len, logits_chunk or micro_batch * seq_len)
@@ -372,7 +381,9 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
     how = (
         "auto: the largest within 90% of the card" if model.micro_batch_tokens == "auto" else "model.micro_batch_tokens"
     )
-    generation = "hf backend (on the policy's GPU)" if gen.backend == "hf" else f"vLLM layout {gen.layout}"
+    generation = f"{gen.backend} backend, " + (
+        f"layout {gen.layout}" if gen.facts.own_engine else "on the policy's GPU"
+    )
     lines = [
         f"model {model.source}: {arch.parameters / 1e9:.3f} B parameters, trained and saved in {model.dtype} "
         f"(weight update {model.weight_update}); {generation}, card {gpu_gb:.0f} GB",
@@ -397,7 +408,7 @@ def report(params_path: str, gpu_gb: float, model_dir: str = "models/base") -> t
     ranks = {"nproc": 1, "nnodes": 1, "strategy": "ddp", **(params.get("distributed") or {})}  # section defaults
     world = ranks["nproc"] * ranks["nnodes"]
     lines.insert(2, f"distributed: {world} rank(s), {ranks['strategy']}; every number is per GPU")
-    two_gpu_ranks = world > 1 and gen.backend == "vllm" and gen.layout == "two_gpu"
+    two_gpu_ranks = world > 1 and gen.engine_gpu
     if two_gpu_ranks:
         lines.append("Refused: on N ranks each rank's engine shares its GPU: set generation.layout one_gpu")
     fits = all(d.total <= d.capacity for d in devices) and tokens >= seq and not two_gpu_ranks

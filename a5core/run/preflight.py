@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dvc.config import Config
 
 from a5core.base.typed import read_params
+from a5core.config.sections import engine_gpu
 from a5core.run import plan
 
 # CUDA 13.0's minimum Linux driver (NVIDIA's CUDA 13.0 release notes); requirements/gpu.lock pins a CUDA 13.0 torch
@@ -54,7 +55,7 @@ def used_gpus(params: dict, machine: Machine) -> tuple[Gpu, ...]:
     """The visible GPUs a run of these params uses: one per rank of a node (cuda:<local rank>), and the engine's
     second one for vLLM's two_gpu (one rank)."""
     gen, dist = params.get("generation") or {}, params.get("distributed") or {}
-    two_gpu = gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu"
+    two_gpu = engine_gpu(gen.get("backend", "hf"), gen.get("layout"))
     return machine.gpus[: max(int(dist.get("nproc", 1)), 2 if two_gpu else 1)]
 
 
@@ -91,7 +92,7 @@ def problems(params: dict, machine: Machine) -> list[str]:
         need = f"model.device is cuda ({gen.get('backend', 'hf')} backend, {model.get('dtype')} weights)"
         return [f"{need} but CUDA is unusable here: " + "; ".join(missing) + ". " + FIX]
     found = []
-    if gen.get("backend") == "vllm" and gen.get("layout") == "two_gpu" and machine.device_count < 2:
+    if engine_gpu(gen.get("backend", "hf"), gen.get("layout")) and machine.device_count < 2:
         found.append(
             f"generation.layout two_gpu needs two visible GPUs, {machine.device_count} found: use "
             "-S generation.layout=one_gpu -S generation.gpu_memory_utilization=0.3, or make a second GPU visible "

@@ -94,7 +94,7 @@ def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     microbatch.prepare(policy, compute.cut)
-    policy = distributed.shard(policy, strategy, streamed=generation.backend == "vllm")  # fsdp2 on N ranks
+    policy = distributed.shard(policy, strategy, streamed=generation.facts.takes_shards)  # fsdp2 on N ranks
     return TrainingStart(
         validation=load_section(EvalConfig, "validation", args.params),
         generation=generation,

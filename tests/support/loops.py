@@ -62,6 +62,8 @@ class StubBackend:
         self.calls += 1
         return [[self._completion(self.texts[j % len(self.texts)]) for j in range(sampling.n)] for _ in prompts]
 
+    takes_shards = False  # a5core/generation/base.py's Backend: synced from whole weights under fsdp2
+
     def sync_weights(self, policy):
         self.synced.append(next(policy.parameters()).detach().clone())
 
