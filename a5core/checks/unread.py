@@ -157,8 +157,17 @@ def _sft_unread(params: dict[str, Any], run: str) -> dict[str, str]:
     return {field: why for field, rule in SFT_UNREAD.items() if (why := rule(cfg, spec))}
 
 
+def _with_run(params: dict[str, Any], section: str, runs: str, run: str) -> dict[str, Any]:
+    """`section`'s fields with run `run`'s entry of the `runs` table over them (grpo_runs, ei_runs)."""
+    return {**(params.get(section) or {}), **((params.get(runs) or {}).get(run) or {})}
+
+
+def _grpo_unread(params: dict[str, Any], run: str) -> dict[str, str]:
+    return unread_fields(from_dict(GRPOConfig, _with_run(params, "grpo", "grpo_runs", run)))
+
+
 def _ei(params: dict[str, Any], run: str) -> EIConfig:
-    return from_dict(EIConfig, {**params["ei"], **((params.get("ei_runs") or {}).get(run) or {})})
+    return from_dict(EIConfig, _with_run(params, "ei", "ei_runs", run))
 
 
 def _ei_unread(params: dict[str, Any], run: str) -> dict[str, str]:
@@ -190,16 +199,7 @@ class Family:
 
 
 FAMILIES = (
-    Family(
-        "grpo",
-        "grpo_runs",
-        "grpo@{run}",
-        "grpo@{run}",
-        lambda params, run: unread_fields(
-            from_dict(GRPOConfig, {**params["grpo"], **((params.get("grpo_runs") or {}).get(run) or {})})
-        ),
-        overrides=True,
-    ),
+    Family("grpo", "grpo_runs", "grpo@{run}", "grpo@{run}", _grpo_unread, overrides=True),
     Family("sft", "sft_runs", "sft@{run}", "sft@{run}", _sft_unread),
     Family("sft", "ei_runs", "ei_round_1@{run}", "ei_round_*@{run}", _ei_unread, through=_ei_start),
 )
@@ -210,21 +210,28 @@ def _show(value: Any) -> str:
 
 
 def _values(family: Family, params: dict[str, Any], run: str) -> dict[str, Any]:
-    own = (params.get(family.runs) or {}).get(run) or {} if family.overrides else {}
-    return {**(params.get(family.section) or {}), **own}
+    return _with_run(params, family.section, family.runs, run) if family.overrides else params.get(family.section) or {}
+
+
+def _unread_changes(
+    section: str, old: dict[str, Any], new: dict[str, Any], unread: dict[str, str]
+) -> tuple[list[str], list[str], str]:
+    """(the fields changed from `old` to `new`, those of them in `unread`, their line text with the reason each is
+    unread)."""
+    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+    idle = [k for k in changed if k in unread]
+    what = "; ".join(f"{section}.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
+    return changed, idle, what
 
 
 def _note(family: Family, params: dict[str, Any], lock: dict[str, Any], run: str) -> str | None:
     last = locked_params(lock, family.stage.format(run=run), params)  # its params as dvc.lock recorded them
     old, new = _values(family, last, run), _values(family, params, run)
-    unread = family.unread(params, run)
-    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
-    idle = [k for k in changed if k in unread]
+    changed, idle, what = _unread_changes(family.section, old, new, family.unread(params, run))
     if not idle:
         return None
     keyed = {family.section, family.runs} if family.overrides else {family.section}
     others = [k for k in last if k not in keyed and last[k] != params.get(k)]
-    what = "; ".join(f"{family.section}.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
     through = family.through(params, run, idle)
     if through:
         tail = through
@@ -248,11 +255,9 @@ def _section_note(section: str, params: dict[str, Any], lock: dict[str, Any]) ->
     cls, rules = SECTION_UNREAD[section]
     old, new = recorded[0], params[section]
     unread = {field: why for field, rule in rules.items() if (why := rule(from_dict(cls, new)))}
-    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
-    idle = [k for k in changed if k in unread]
+    changed, idle, what = _unread_changes(section, old, new, unread)
     if not idle:
         return None
-    what = "; ".join(f"{section}.{k} ({_show(old.get(k))} -> {_show(new.get(k))}: {unread[k]})" for k in idle)
     tail = "its other changes rerun them" if len(idle) < len(changed) else "they rerun for it alone"
     return f"note: no stage reads {what}; DVC keys {len(recorded)} stage(s) by the {section} section, so {tail}"
 

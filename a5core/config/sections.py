@@ -197,9 +197,7 @@ class BackendFacts:
     a5core/generation/ declare theirs from this table, and nothing outside generation/ tests a backend's name."""
 
     own_engine: bool  # an engine with its own weights, dtype and batching generates (vLLM); else the policy itself (hf)
-    takes_shards: (
-        bool  # under fsdp2 it loads the policy's shards itself, so no rank keeps a whole copy to generate from
-    )
+    takes_shards: bool  # under fsdp2 it loads the policy's shards itself: no rank keeps a whole copy to generate
     own_gpu_layouts: tuple[str, ...] = ()  # the generation.layout values that put its engine on a GPU of its own
 
 
