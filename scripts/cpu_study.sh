@@ -7,17 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 STUDY=$ROOT/.study
-[ -d "$STUDY/.git" ] || git clone -q "$ROOT" "$STUDY"
-cd "$STUDY"
-git fetch -q "$ROOT" HEAD
-# Move to this commit's code, keeping the study's own state: dvc.lock and the tracked results it wrote (run records,
-# metrics) are stashed across the checkout and put back; params.yaml and conf/config.yaml are written again below.
-git checkout -q -- params.yaml conf/config.yaml
-git stash push -q -- dvc.lock results reports models/.gitignore
-git checkout -q --detach FETCH_HEAD
-if git stash list | grep -q .; then git checkout stash@{0} -- dvc.lock results reports models/.gitignore && git stash drop -q; fi
-ln -sfn "$ROOT/.venv" .venv
-. .venv/bin/activate
+. scripts/clone.sh
+enter_clone "$STUDY"
 python -m tools.profile cpu-study
 start=$(date +%s)
 # the replicated GRPO runs and their seed replicates first: a study cut short keeps what its main verdicts rest on

@@ -12,6 +12,7 @@ from a5core.base.artifacts import write_json, write_text
 from a5core.base.run_record import RECORD_FILE, read_run_record
 from a5core.config.sections import DataConfig, ReplicatesConfig, load_section, read_params
 from a5core.report.curves import write_curves
+from a5core.report.leaderboard import draw_leaderboard, entries, leaderboard_markdown
 from a5core.report.plots import make_plots
 from a5core.report.replicates import hierarchical_interval, replicate_scores
 from a5core.report.summary import example_rollouts_text, summary_markdown, validation_set
@@ -24,6 +25,13 @@ def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> s
     return {"fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", *ei, *reps.stages(rounds)} | {
         f"{family}@{r}" for family, names in (("sft", runs["sft"]), ("grpo", grpo)) for r in names
     }
+
+
+def starts(params: dict, ei: list[str], grpo: dict[str, dict]) -> dict[str, str]:
+    """Each EI and GRPO run's starting model folder: its `init_policy`, the run's own or its section's."""
+    ei_runs = params.get("ei_runs") or {}
+    out = {f"ei/{r}": (ei_runs.get(r) or {}).get("init_policy", params["ei"]["init_policy"]) for r in ei}
+    return out | {f"grpo/{r}": o.get("init_policy", params["grpo"]["init_policy"]) for r, o in grpo.items()}
 
 
 def grpo_examples(results: Path, grpo: list[str]) -> list[str]:
@@ -57,7 +65,9 @@ def main() -> None:
     summary = summary_markdown(
         results, figures_rel, records=records, validation_set=questions, replicates=replicates, examples=examples
     )
-    write_text(summary, args.summary)
+    board, left_out = entries(Path(args.curves), starts(params, runs["ei"], grpo))
+    draw_leaderboard(board, Path(args.figures) / "leaderboard.png")
+    write_text(summary + "\n" + leaderboard_markdown(board, left_out, figures_rel), args.summary)
     print(f"{len(results)} rows in {args.summary}")
 
 

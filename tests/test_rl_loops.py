@@ -2,6 +2,7 @@
 grader and evaluation have their own tests)."""
 
 import copy
+import time
 from dataclasses import replace
 
 import pytest
@@ -30,6 +31,7 @@ from tests.support.loops import (
     StubValidator,
     grpo_cfg,
     run_grpo,
+    run_sft,
     stub_evaluation,
 )
 from tests.support.resume import checkpointer, straight_killed_resumed
@@ -347,3 +349,45 @@ def test_the_run_reports_its_optimizer_steps_as_the_console_counts_them(tiny, tm
     assert (details["steps_done"], details["optimizer_steps"]) == (2, 4) == (2, len(history.rows["train"]))
     assert _grpo_detail(details, {}) == "2 GRPO steps, 4 optimizer steps"
     assert _grpo_detail({"steps_done": 3, "optimizer_steps": 3}, {}) == "3 steps"
+
+
+class SlowValidation(StubValidator):
+    """A stub validation that takes 1000 s on the clock of a5core.base.progress (its `time`, patched to this)."""
+
+    def __init__(self, backend=None):
+        super().__init__(backend)
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def skip(self, seconds: float) -> None:
+        self.ahead += seconds
+
+    def __call__(self, policy, *, full):
+        self.skip(1000.0)
+        return super().__call__(policy, full=full)
+
+
+@pytest.mark.parametrize("method", ["grpo", "sft", "ei"])
+def test_validation_is_left_out_of_every_runs_clock(tiny, tmp_path, monkeypatch, method):
+    """Each validation (a stub that takes 1000 s; an EI round has one, the others several) stops the run's clock:
+    every `perf/wall_s` a validation logs stays below 1000 s. Counted, the last would be 1000 s or more. An EI
+    round's clock starts before its rollouts (10 s here): they count."""
+    from a5core.base import progress
+
+    model, tok = tiny
+    slow = SlowValidation(StubBackend(tok, [" good one", " bad", " good two"]) if method == "ei" else None)
+    monkeypatch.setattr(progress, "time", slow)
+    if method == "grpo":
+        history = run_grpo(copy.deepcopy(model), tok, tmp_path, grpo_cfg(eval_every=1), validate=slow)[1]
+    elif method == "sft":
+        cfg = SFTConfig(batch_size=2, micro_batch_size=2, lr=1e-3, eval_every=1, checkpoint_every=0)
+        history = run_sft(copy.deepcopy(model), tok, tmp_path, cfg, validate=slow)[1]
+    else:  # the round's rollouts take 10 s on the clock, and count
+        generate = slow.backend.generate
+        monkeypatch.setattr(slow.backend, "generate", lambda *a, **k: (slow.skip(10.0), generate(*a, **k))[1])
+        history = _round(copy.deepcopy(model), tok, 1, tmp_path, backend=slow.backend, validator=slow)[1]
+    walls = [r["perf/wall_s"] for r in history.rows["eval"] if r["step"] > 0]
+    assert len(slow.calls) >= (1 if method == "ei" else 2) and len(walls) == len(slow.calls)
+    assert walls == sorted(walls) and (10 if method == "ei" else 0) < walls[-1] < 1000

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Literal
 
 from a5core.base.errors import ProjectError
+from a5core.base.progress import Clock
 from a5core.base.records import GradedSample, RoundRollout
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import mean
@@ -38,7 +39,7 @@ from a5core.model.compute import Compute
 from a5core.rl.sft import SFTConfig, train_sft
 from a5core.rl.train_reward import reward_problems, training_reward
 from a5core.run.checkpoint import Checkpointer
-from a5core.run.evaluation import RunResult, generate_and_grade, log_evaluation, response_entropies
+from a5core.run.evaluation import RunResult, generate_and_grade, response_entropies, validate_and_log
 from a5core.run.history import RunHistory
 
 # The round report's scalars that go into the history table (rounds.csv) next to the validation metrics.
@@ -228,7 +229,8 @@ def ei_round(
 ) -> RunResult:
     """One EI round; trains `policy` in place (see the module docstring) with the stage's `compute` settings.
     `scratch` (with fingerprint `fp` of everything the round depends on) keeps the graded rollouts and the SFT
-    checkpoints, so that a killed round resumes. The round's SFT steps are logged to `history`."""
+    checkpoints, so that a killed round resumes. Its SFT steps and validation (and its clock) go to `history`."""
+    clock = Clock()
     samples, entropies = graded_rollouts(
         policy,
         tokenizer,
@@ -243,8 +245,7 @@ def ei_round(
     kept, rollouts, report = kept_rollouts(samples, entropies, cfg, round_idx)
     if not kept:
         msg = _nothing_kept(len(samples), round_idx, cfg)  # raises under ei.if_no_correct=fail
-        final = validate(policy, full=True)
-        log_evaluation(history, 0, final, n_completions)
+        final = validate_and_log(history, 0, validate, policy, full=True, clock=clock, n_completions=n_completions)
         return RunResult(final, {**report, "trained": False, "message": msg}, rollouts)
     trained = train_sft(
         policy,
@@ -256,6 +257,7 @@ def ei_round(
         ckpt=_scratch_checkpointer(scratch, "sft", fp, sft_cfg.checkpoint_every),
         n_completions=n_completions,
         compute=compute,
+        clock=clock,
     )
     return RunResult(trained.final, {**report, "trained": True}, rollouts)
 

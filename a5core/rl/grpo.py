@@ -4,8 +4,9 @@
   fixed for the run (config: a5core/rl/grpo_config.py; policy, tokenizer, backend, grader pool, questions, the
   stage's `Compute` settings) and what it carries (optimizer, history, wall clock); a step's rollouts travel to the
   update as a `Rollouts` record (a5core.rl.grpo_update: the math).
-- Around the steps, `train_grpo`: start validation (outside the wall-clock budget), validation on a fixed seeded
-  subset every `eval_every` steps and on the whole set at the end, a checkpoint every `checkpoint_every` steps.
+- Around the steps, `train_grpo`: start validation, validation on a fixed seeded subset every `eval_every` steps
+  and on the whole set at the end (each outside the run's clock and budget), a checkpoint every `checkpoint_every`
+  steps.
 - `max_staleness` 1 (asynchronous rollouts, one step off-policy as verl's one_step_off_policy recipe): step 0 is
   generated as today; from then on, step k's rollout syncs the engine to version k (the weights after k updates) and
   starts generating step k+1's batch in a thread (`Run.inflight`) while the learner trains step k, so step k >= 1 trains
@@ -32,6 +33,7 @@ from typing import Callable
 
 import torch
 
+from a5core.base.progress import Clock
 from a5core.base.records import GradedSample, RolloutBatch
 from a5core.base.seeds import derive_seed
 from a5core.base.stats import mean
@@ -43,7 +45,7 @@ from a5core.rl.grpo_config import GRPOConfig
 from a5core.rl.grpo_update import old_log_probs_for, optimizer_step, rollout_batch, with_kl_in_reward
 from a5core.rl.rl_options import dynamic_sample, reference_policy, refill_sampling, truncation_rate
 from a5core.run.checkpoint import Checkpointer
-from a5core.run.evaluation import RunResult, first_completions, generate_and_grade, log_evaluation
+from a5core.run.evaluation import RunResult, first_completions, generate_and_grade, validate_and_log
 from a5core.run.history import RunHistory
 
 
@@ -77,7 +79,7 @@ class Run:
     history: RunHistory
     device: torch.device
     compute: Compute  # the stage's micro-batches, autocast and weight update (a5core/model/compute.py)
-    t_start: float  # monotonic time the run's wall clock counts from (a resumed run continues it)
+    clock: Clock  # the run's training wall-clock, validation left out (a resumed run continues it)
     ref: object = None  # the frozen start policy of the KL term (grpo.kl_coef), else None
     rollout_thread: ThreadPoolExecutor | None = None  # max_staleness 1: where the next step's rollouts generate
     inflight: Future | None = None  # max_staleness 1: the next step's `Generated`, being made there
@@ -89,7 +91,7 @@ class Run:
             self.inflight.result()
 
     def wall(self) -> float:
-        return time.monotonic() - self.t_start
+        return self.clock.seconds()
 
     def over_budget(self) -> bool:
         """Past the wall-clock budget: on N ranks, on any of them (every rank must stop at the same step)."""
@@ -274,8 +276,20 @@ def grpo_step(run: Run, step: int) -> None:
     update_policy(run, rollout(run, step), step)
 
 
-def _eval_extra(step: int, run: Run) -> dict:
-    return {"count/grpo_step": step, "perf/wall_s": run.wall()}
+def _validation(run: Run, validate: Callable, step: int, full: bool, n_completions: int):
+    """A validation after GRPO step `step`, off the run's clock, logged at its optimizer step."""
+    extra = {"count/grpo_step": step}
+    clock, history = run.clock, run.history
+    return validate_and_log(
+        history,
+        history.optimizer_steps,
+        validate,
+        run.policy,
+        full=full,
+        clock=clock,
+        n_completions=n_completions,
+        extra=extra,
+    )
 
 
 def train_grpo(
@@ -298,8 +312,8 @@ def train_grpo(
     a5core/model/compute.py). Returns the final full validation, and when the best validation was.
 
     Validation: `initial` (the starting policy's saved full validation under the same protocol) or a measurement is
-    the step-0 point (outside the wall-clock budget), the fixed subset every `eval_every` steps, the whole set at
-    the end. `snapshot(policy, step)`, when given, runs after every GRPO step.
+    the step-0 point, the fixed subset every `eval_every` steps, the whole set at the end; none of them is on the
+    run's clock (`perf/wall_s`, the budget). `snapshot(policy, step)`, when given, runs after every GRPO step.
     """
     cfg.validate()
     device = next(policy.parameters()).device
@@ -315,17 +329,16 @@ def train_grpo(
         shown = initial.get("completions") if initial else first_completions(start, n_completions)
         if shown:  # the start's first responses (a record saved before they were kept has none): the summary's
             history.log_completions(0, shown[:n_completions])  # rollouts before GRPO
-    t_start = time.monotonic() - state.get("wall_s", 0.0)
+    clock = Clock.resumed(state.get("wall_s", 0.0))
     if cfg.max_staleness:
         backend.keep_own_weights()  # the learner updates the policy while the engine generates
     with ThreadPoolExecutor(1, thread_name_prefix="a5-rollouts") as thread:
-        run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, compute, t_start, ref)
+        run = Run(cfg, policy, tokenizer, backend, pool, train_rows, opt, history, device, compute, clock, ref)
         run.rollout_thread = thread
         if "in_flight" in state:
             run.inflight = done(Generated.restored(state["in_flight"]))
         step = train_steps(run, state.get("step", 0), validate, ckpt, n_completions, snapshot)
-    final = validate(policy, full=True)
-    log_evaluation(history, history.optimizer_steps, final, n_completions, _eval_extra(step, run))
+    final = _validation(run, validate, step, True, n_completions)
     return RunResult(final, _details(history, step, cfg))
 
 
@@ -342,8 +355,7 @@ def train_steps(
             snapshot(run.policy, step)
         if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.n_grpo_steps:
             run.settle()
-            mid = validate(run.policy, full=False)
-            log_evaluation(history, history.optimizer_steps, mid, n_completions, _eval_extra(step, run))
+            _validation(run, validate, step, False, n_completions)
         if ckpt and ckpt.due(step):
             in_flight = in_flight_state(run)  # waited for first: the saved clock counts the wait
             ckpt.save_training(run.policy, run.opt, step, history.state(), wall_s=run.wall(), **in_flight)

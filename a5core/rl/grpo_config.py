@@ -54,7 +54,7 @@ class GRPOConfig(RLOptions, SamplingFields):  # the handout's fields below; the 
     eval_every: NonNegative = 5  # GRPO steps between mid-run validations (0 = only at the start and end)
     eval_examples: Positive = 1024  # questions in the fixed mid-run validation subset
     checkpoint_every: NonNegative = 1  # steps between resumable checkpoints (0 = never)
-    time_budget_s: NonNegativeFloat = 0.0  # wall-clock budget in seconds (0 = none): stop, validate, report best
+    time_budget_s: NonNegativeFloat = 0.0  # seconds of training (validation left out; 0 = none): stop, validate
     max_staleness: Annotated[int, Bound(0, 1)] = 0  # 0: synchronous; 1: step k+1's rollouts generate during step k
     min_tokens: NonNegative = (
         0  # must be 0: EOS held back for the first tokens is a sampler GRPO does not train (rules)

@@ -19,6 +19,7 @@ from typing import Callable, Literal
 
 import torch
 
+from a5core.base.progress import Clock
 from a5core.base.seeds import derive_seed
 from a5core.config.sections import Fraction, NonNegative, NonNegativeFloat, Positive, PositiveFloat, Section
 from a5core.model import distributed, microbatch
@@ -30,7 +31,7 @@ from a5core.model.tokenization import pad_token_id, tokenize_ids
 from a5core.rl.losses import sft_microbatch_train_step
 from a5core.rl.train_reward import reward_problems, training_reward
 from a5core.run.checkpoint import Checkpointer
-from a5core.run.evaluation import RunResult, log_evaluation
+from a5core.run.evaluation import RunResult, validate_and_log
 from a5core.run.history import RunHistory
 
 SFT_PROMPT = "r1_zero"  # the format of the SFT traces (data/prepared/sft.parquet), and so of their reward
@@ -169,16 +170,17 @@ def train_sft(
     n_completions: int = 8,
     snapshot: Callable | None = None,
     compute: Compute = Compute(),
+    clock: Clock | None = None,
 ) -> RunResult:
     """Train `policy` in place on rows {prompt, response}; returns the final full validation and the step count.
 
     `compute`: the stage's compute settings (micro-batches, autocast, weight update; a5core/model/compute.py).
     `validate(policy, full=bool)` evaluates; `initial` (the starting policy's saved full validation record) is
     logged as the step-0 point of the curve; `snapshot(policy, step)`, when given, runs after every optimizer step.
+    Validations record the run's `clock` (`perf/wall_s`; default: started here, or a resumed run's saved one).
     """
     if not rows:
         raise ValueError("no SFT examples to train on (is the filtered data empty?)")
-    device = next(policy.parameters()).device
     examples = encode_examples(tokenizer, rows)
     order = example_order(len(examples), cfg)
     total = math.ceil(len(order) / cfg.batch_size)
@@ -187,21 +189,21 @@ def train_sft(
     state = ckpt.restore_training(policy, opt, sched) if ckpt else {}
     history.total_steps = total
     history.restore(state.get("history"))
+    clock = clock or Clock.resumed(state.get("wall_s", 0.0))
     if not state and initial:
-        history.log("eval", {"step": 0, **initial["metrics"]})
+        history.log("eval", {"step": 0, **initial["metrics"], "perf/wall_s": 0.0})
     policy.train()
     pad_id = pad_token_id(tokenizer)
     for step in range(state.get("step", 0), total):
         batch = [examples[i] for i in order[step * cfg.batch_size : (step + 1) * cfg.batch_size]]
-        row = optimizer_step(policy, opt, sched, batch, cfg, pad_id, device, compute)
+        row = optimizer_step(policy, opt, sched, batch, cfg, pad_id, next(policy.parameters()).device, compute)
         history.log("train", {"step": step + 1, **row})
         if snapshot:
             snapshot(policy, step + 1)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total:
-            log_evaluation(history, step + 1, validate(policy, full=False), n_completions)
+            validate_and_log(history, step + 1, validate, policy, full=False, clock=clock, n_completions=n_completions)
             policy.train()
         if ckpt and ckpt.due(step + 1) and step + 1 < total:
-            ckpt.save_training(policy, opt, step + 1, history.state(), sched)
-    final = validate(policy, full=True)
-    log_evaluation(history, total, final, n_completions)
+            ckpt.save_training(policy, opt, step + 1, history.state(), sched, wall_s=clock.seconds())
+    final = validate_and_log(history, total, validate, policy, full=True, clock=clock, n_completions=n_completions)
     return RunResult(final, {"steps": total})

@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from a5core.base.progress import Clock
 from a5core.base.records import GradedSample
 from a5core.base.stats import accuracy_interval, bootstrap_mean, majority_index, mean, pass_at_k, per_question
 from a5core.config.prompts import build_prompt
@@ -290,6 +291,17 @@ def log_evaluation(history, step: int, evaluation: Evaluation, n_completions: in
     """One eval row (headline metrics, and `extra` namespaced fields) and its completions table into a RunHistory."""
     history.log("eval", {"step": step, **evaluation.metrics, **(extra or {})})
     history.log_completions(step, completions(evaluation, n_completions))
+
+
+def validate_and_log(
+    history, step: int, validate: Callable, policy, *, full: bool, clock: Clock, n_completions: int, extra=None
+) -> Evaluation:
+    """`validate(policy, full=full)` with the run's `clock` stopped (validation is not training), logged at `step`
+    with `extra` and the clock's reading (`perf/wall_s`); returns the evaluation."""
+    with clock.paused():
+        evaluation = validate(policy, full=full)
+    log_evaluation(history, step, evaluation, n_completions, {**(extra or {}), "perf/wall_s": clock.seconds()})
+    return evaluation
 
 
 def response_entropies(

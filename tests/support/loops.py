@@ -197,17 +197,17 @@ def run_grpo(
     return result.details, history
 
 
-def run_sft(model, tok, folder, cfg, rows=None, ckpt=None, die_at=None, **kw):
-    """train_sft on `rows` (default SFT_ROWS) with a StubValidator, logging under `folder`; `die_at`: killed when
-    logging that train step; `kw`: more of train_sft's keywords (compute, ...). Returns (the final evaluation, the
-    history)."""
+def run_sft(model, tok, folder, cfg, rows=None, ckpt=None, die_at=None, validate=None, **kw):
+    """train_sft on `rows` (default SFT_ROWS) with a StubValidator unless `validate`, logging under `folder`;
+    `die_at`: killed when logging that train step; `kw`: more of train_sft's keywords (compute, ...). Returns (the
+    final evaluation, the history)."""
     with DyingHistory(folder, die_at) as history:
         final = train_sft(
             model,
             tok,
             rows=SFT_ROWS if rows is None else rows,
             cfg=cfg,
-            validate=StubValidator(),
+            validate=validate or StubValidator(),
             history=history,
             initial={"metrics": METRICS},
             ckpt=ckpt,
