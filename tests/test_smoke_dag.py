@@ -94,6 +94,10 @@ def test_whole_dag_on_smoke_profile(tmp_path):
     grpo = json.loads((work / "results" / "grpo" / "reinforce_baseline" / "details.json").read_text())
     assert {"eval/pass@2", "eval/delta_pass@2_lo", "eval/delta_maj@2_hi"} <= set(grpo)
     assert "pass@k, maj@n (95% CI)" in summary and "maj@2 " in summary
+    # the leaderboard: every run on one clock from the base model (each stage timed its validations: none left out)
+    board = summary.partition("## Accuracy against training time (the CPU leaderboard)")[2]
+    assert all(f"\n| {m} | " in board for m in ("SFT", "EI", "GRPO")) and "Left out" not in board, board
+    assert (work / "reports" / "figures" / "leaderboard.png").exists()
     check_grader_audit(work)
     check_rl_moved_the_weights(work)
     assert not (work / "scratch").exists()  # resume state is removed after success

@@ -60,12 +60,13 @@ class Entry:
 
 
 def _points(rows: list[dict], x: str, offset: float) -> tuple[Point, ...]:
+    """A run's curve rows as points, `offset` seconds after the base model; whole: scored as many questions as its
+    largest validation (the whole set; the mid-run subset has fewer)."""
     whole = max(int(r.get("questions") or 0) for r in rows)
+    shift = [offset + r["wall_s"] for r in rows]
     return tuple(
-        Point(
-            int(r[x]), offset + r["wall_s"], r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], r["questions"] == whole
-        )
-        for r in rows
+        Point(int(r[x]), t, r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], int(r.get("questions") or 0) == whole)
+        for r, t in zip(rows, shift)
     )
 
 
@@ -183,9 +184,11 @@ def draw_leaderboard(board: list[Entry], path: Path) -> Path | None:
         whole = [p for p in e.points if p.whole]
         ax.fill_between([p.wall_s for p in whole], [p.lo for p in whole], [p.hi for p in whole], color=color, alpha=0.1)
     ax.axvline(horizon(board), color="grey", linestyle=":", label="horizon (shortest method's longest run)")
+    if any(not p.whole for e in board for p in e.points):
+        ax.plot([], [], "o", color="grey", markerfacecolor="white", label="mid-run subset (filled: whole set)")
     ax.set_xlabel("training seconds since the base model (validation left out)")
     ax.set_ylabel("validation accuracy (fraction correct)")
-    ax.set_title("Validation accuracy against training time (filled: whole set; hollow: mid-run subset)")
+    ax.set_title("Validation accuracy against training time, 95% bands")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
