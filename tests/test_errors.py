@@ -21,6 +21,7 @@ from a5core.generation.vllm import WeightSyncError
 from a5core.stage import entry
 from tests.support.hostile_inputs import PREPARED, PROBLEM_FILES, SFT_FILES
 from tests.support.workspace import command, replaced, workspace
+from tools.repo_env import repo_env
 
 
 @pytest.fixture(scope="module")
@@ -189,13 +190,42 @@ def test_ctrl_c_ends_a_training_stage_in_one_line_naming_the_step_and_the_comman
 
 
 @pytest.mark.slow
+def test_ctrl_c_under_dvc_repro_is_one_line_and_the_rerun_continues(tmp_path):
+    """Issue 64: Ctrl-C (SIGINT to the terminal's process group: DVC and the stage it runs) during a GRPO stage that
+    `dvc repro` runs, on the smoke profile: no traceback; the stage's one line names it, the optimizer step and
+    `dvc repro`; the same command then continues from the last checkpoint (its console starts past step 1)."""
+    from tests.support.repos import scratch_repo
+
+    work, run = scratch_repo(tmp_path, "smoke")
+    target = "grpo@reinforce_baseline"
+    steps = ("grpo.n_grpo_steps=40", "grpo.checkpoint_every=1", "grpo.eval_every=0")
+    assert run(sys.executable, "-m", "tools.profile", "smoke", *steps).returncode == 0
+    terminal = partial(signal.signal, signal.SIGINT, signal.SIG_DFL)  # as from a terminal (see the test above)
+    proc = subprocess.Popen(
+        ["dvc", "repro", target], cwd=work, env=repo_env(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True, preexec_fn=terminal,
+    )  # fmt: skip
+    seen, deadline = [], time.monotonic() + 900
+    for line in proc.stdout:
+        seen.append(line)
+        if f"[{target}] step 3/" in line or time.monotonic() > deadline:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    out = "".join(seen) + proc.communicate(timeout=180)[0]
+    lines = [line for line in out.splitlines() if line.startswith("interrupted: ")]
+    assert proc.returncode != 0 and "Traceback" not in out and len(lines) == 1, out[-4000:]
+    assert lines[0].startswith(f"interrupted: {target} at optimizer step ") and "`dvc repro`" in lines[0], lines
+    again = run("dvc", "repro", target)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"[{target}] step 40/40" in again.stdout and f"[{target}] step 1/" not in again.stdout, again.stdout[-3000:]
+
+
+@pytest.mark.slow
 def test_the_pipeline_line_never_outlives_its_stage(ws):
     """Issue 64: the pipeline line is printed by the stage DVC runs, or not at all: a stage that ends before its line
     is ready (here a refusal, in about a second, as DVC would run it) leaves no process behind that prints it later,
     below DVC's own lines or after DVC has exited."""
     import psutil
-
-    from tools.repo_env import repo_env
 
     work, _ = ws
     (work / "empty.yaml").write_text("")
