@@ -28,10 +28,10 @@ def dag_stages(runs: dict, grpo: dict, rounds: int, reps: ReplicatesConfig) -> s
 
 
 def starts(params: dict, ei: list[str], grpo: dict[str, dict]) -> dict[str, str]:
-    """Each EI and GRPO run's starting model folder: its `init_policy`, the run's own or its section's."""
-    ei_runs = params.get("ei_runs") or {}
-    out = {f"ei/{r}": (ei_runs.get(r) or {}).get("init_policy", params["ei"]["init_policy"]) for r in ei}
-    return out | {f"grpo/{r}": o.get("init_policy", params["grpo"]["init_policy"]) for r, o in grpo.items()}
+    """Each EI and GRPO run's starting model folder: its section's `init_policy` (check_params refuses one per run)."""
+    return {
+        f"{family}/{r}": params[family]["init_policy"] for family, names in (("ei", ei), ("grpo", grpo)) for r in names
+    }
 
 
 def grpo_examples(results: Path, grpo: list[str]) -> list[str]:

@@ -15,17 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen before pyplot loads
-
-from a5core.run.history import read_log  # noqa: E402
+from a5core.report.plots import ACCURACY, BAND_ALPHA, LINESTYLES, MARKERS, PALETTE, plt
+from a5core.run.history import read_log
 
 FAMILIES = (("sft", "SFT", "step"), ("ei", "EI", "round"), ("grpo", "GRPO", "step"))  # table, method, x column
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # the table's budgets, as fractions of the horizon
-COLORS = {"SFT": "#1f77b4", "EI": "#ff7f0e", "GRPO": "#2ca02c"}
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+COLORS = {method: PALETTE[i] for i, (_, method, _) in enumerate(FAMILIES)}  # one colour per method
 
 
 @dataclass(frozen=True)
@@ -178,16 +173,18 @@ def draw_leaderboard(board: list[Entry], path: Path) -> Path | None:
         i = count[e.method] = count.get(e.method, -1) + 1
         color, marker = COLORS[e.method], MARKERS[i % len(MARKERS)]
         xs, ys = [p.wall_s for p in e.points], [p.accuracy for p in e.points]
-        ax.plot(xs, ys, color=color, linestyle=("-", "--", ":", "-.")[i % 4], label=f"{e.method} {e.run}")
+        ax.plot(xs, ys, color=color, linestyle=LINESTYLES[i % len(LINESTYLES)], label=f"{e.method} {e.run}")
         for p in e.points:
             ax.plot(p.wall_s, p.accuracy, marker, color=color, markerfacecolor=color if p.whole else "white")
         whole = [p for p in e.points if p.whole]
-        ax.fill_between([p.wall_s for p in whole], [p.lo for p in whole], [p.hi for p in whole], color=color, alpha=0.1)
+        ax.fill_between(
+            [p.wall_s for p in whole], [p.lo for p in whole], [p.hi for p in whole], color=color, alpha=BAND_ALPHA
+        )
     ax.axvline(horizon(board), color="grey", linestyle=":", label="horizon (shortest method's longest run)")
     if any(not p.whole for e in board for p in e.points):
         ax.plot([], [], "o", color="grey", markerfacecolor="white", label="mid-run subset (filled: whole set)")
     ax.set_xlabel("training seconds since the base model (validation left out)")
-    ax.set_ylabel("validation accuracy (fraction correct)")
+    ax.set_ylabel(ACCURACY)
     ax.set_title("Validation accuracy against training time, 95% bands")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
