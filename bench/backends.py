@@ -33,14 +33,18 @@ def measure(backend_name: str, model: str, prompts: int, n: int, rounds: int, ma
     from a5core.config.prompts import build_prompt
     from a5core.config.sections import GenerationConfig, SamplingConfig
     from a5core.generation import make_backend
+    from a5core.model.compute import Compute
     from a5core.model.loading import load_policy
+    from a5core.model.microbatch import Cut
     from a5core.model.optim import make_optimizer
     from a5core.rl.grpo import GRPOConfig, old_log_probs_for, optimizer_step, rollout_batch
 
     torch.manual_seed(0)
     t0 = time.monotonic()
     policy, tok = load_policy(model, "cpu", "float32")
-    backend = make_backend(GenerationConfig(backend=backend_name, sync_tolerance=1e-3), model, policy, tok, seed=0)
+    backend = make_backend(
+        GenerationConfig(backend=backend_name, sync_tolerance=1e-3), model, policy, tok, seed=0, bf16=False, cut=Cut()
+    )
     start_s = time.monotonic() - t0
     t0 = time.monotonic()
     backend.sync_weights(policy)
@@ -88,9 +92,9 @@ def measure(backend_name: str, model: str, prompts: int, n: int, rounds: int, ma
     rollouts, _ = rollout_batch(tok, samples, cfg)
     opt = make_optimizer(policy, 1e-6)
     t0 = time.monotonic()
-    optimizer_step(policy, opt, cfg, list(range(len(samples))), rollouts, torch.device("cpu"))
+    optimizer_step(policy, opt, cfg, list(range(len(samples))), rollouts, torch.device("cpu"), compute=Compute())
     train_s = time.monotonic() - t0
-    old_log_probs_for(policy, rollouts, 8, torch.device("cpu"))
+    old_log_probs_for(policy, rollouts, 8, torch.device("cpu"), compute=Compute())
     return {
         "backend": backend_name,
         "start_s": start_s,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from a5core.model import distributed
+from a5core.model.compute import Compute
 
 
 def _timed(fn, sink: list[float]):
@@ -74,7 +75,7 @@ def worker(args) -> dict:
             batch, _ = grpo_update.rollout_batch(tok, samples, cfg)
             t1, before = time.monotonic(), len(comm)
             policy.train()
-            grpo_update.optimizer_step(policy, opt, cfg, list(range(n)), batch, torch.device("cpu"))
+            grpo_update.optimizer_step(policy, opt, cfg, list(range(n)), batch, torch.device("cpu"), compute=Compute())
             policy.eval()
             t2 = time.monotonic()
             timings.append({"rollout_s": t1 - t0, "update_s": t2 - t1, "step_s": t2 - t0, "comm_s": sum(comm[before:])})

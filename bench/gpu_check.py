@@ -39,6 +39,7 @@ from a5core.base.records import RolloutBatch  # noqa: E402
 from a5core.config.prompts import R1_ZERO  # noqa: E402
 from a5core.config.sections import SamplingConfig, from_dict, load_yaml  # noqa: E402
 from a5core.generation.hf import HFBackend  # noqa: E402
+from a5core.model.compute import Compute  # noqa: E402
 from a5core.model.loading import attn_implementation  # noqa: E402
 from a5core.model.logprobs import get_response_log_probs  # noqa: E402
 from a5core.model.optim import make_optimizer, make_schedule  # noqa: E402
@@ -126,13 +127,16 @@ def memory(model, opt, arch: dict, gcfg, scfg, device) -> dict:
     g_len, s_len = plan.PROMPT_TOKENS + gcfg.max_tokens, plan.PROMPT_TOKENS + plan.SFT_TRACE_TOKENS
     g = torch.Generator().manual_seed(1)
     rnd = [torch.randint(0, vocab, (plan.PROMPT_TOKENS,), generator=g).tolist() for _ in range(2)]
-    grpo.optimizer_step(model, opt, gcfg, [0, 1], rollouts(rnd, [16, 16], vocab, 1, seed=3), device)  # warm-up
+    grpo.optimizer_step(
+        model, opt, gcfg, [0, 1], rollouts(rnd, [16, 16], vocab, 1, seed=3), device, compute=Compute()
+    )  # warm-up
     batch = rollouts(rnd, [gcfg.max_tokens] * 2, vocab, 1, seed=2)
     out: dict = {"grpo_micro_batch": [2, g_len], "sft_micro_batch": [2, s_len]}
-    out["grpo_measured_gb"] = peak(partial(grpo.optimizer_step, model, opt, gcfg, [0, 1], batch, device))[1]
+    out["grpo_measured_gb"] = peak(partial(grpo.optimizer_step, model, opt, gcfg, [0, 1], batch, device, Compute()))[1]
     examples = [(rnd[i], (batch.output_ids[i] * 2)[: plan.SFT_TRACE_TOKENS]) for i in range(2)]
     sched = make_schedule(opt, 10)
-    out["sft_measured_gb"] = peak(partial(sft.optimizer_step, model, opt, sched, examples, scfg, 0, device))[1]
+    sft_step = partial(sft.optimizer_step, model, opt, sched, examples, scfg, 0, device, Compute())
+    out["sft_measured_gb"] = peak(sft_step)[1]
     for kind, length in (("grpo", g_len), ("sft", s_len)):
         predicted = plan.training_memory(plan.Arch.of(arch), "bfloat16", 2, length)
         out[f"{kind}_predicted_gb"] = sum(predicted.values())
@@ -149,15 +153,17 @@ def step_times(model, opt, gcfg, scfg, tokenizer, vocab: int, device) -> dict:
     batch = rollouts(ids, lengths, vocab, gcfg.group_size, seed=0)
     out["grpo_tokens"] = sum(lengths) + sum(len(p) for p in batch.prompt_ids)
     out["grpo_step_s"], _ = timed(
-        partial(grpo.optimizer_step, model, opt, gcfg, list(range(len(batch))), batch, device)
+        partial(grpo.optimizer_step, model, opt, gcfg, list(range(len(batch))), batch, device, Compute())
     )
-    out["old_log_probs_s"], _ = timed(partial(grpo.old_log_probs_for, model, batch, gcfg.micro_batch_size, device))
+    out["old_log_probs_s"], _ = timed(
+        partial(grpo.old_log_probs_for, model, batch, gcfg.micro_batch_size, device, Compute())
+    )
     lengths = [rng.randint(200, plan.SFT_TRACE_TOKENS) for _ in range(scfg.batch_size)]
     batch = rollouts(ids, lengths, vocab, 1, seed=10)
     examples = list(zip(batch.prompt_ids, batch.output_ids))
     out["sft_tokens"] = sum(len(p) + len(o) for p, o in examples)
     out["sft_step_s"], _ = timed(
-        partial(sft.optimizer_step, model, opt, make_schedule(opt, 10), examples, scfg, 0, device)
+        partial(sft.optimizer_step, model, opt, make_schedule(opt, 10), examples, scfg, 0, device, Compute())
     )
     return out
 
@@ -173,7 +179,7 @@ def profile(model, opt, gcfg, tokenizer, vocab: int, device) -> dict:
     batch = rollouts(ids, [512] * 8, vocab, 8, seed=4)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof:
-        seconds, _ = timed(partial(grpo.optimizer_step, model, opt, gcfg, list(range(8)), batch, device))
+        seconds, _ = timed(partial(grpo.optimizer_step, model, opt, gcfg, list(range(8)), batch, device, Compute()))
     events = prof.key_averages()
     kernels = [e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
     busy = sum(e.self_device_time_total for e in kernels) / 1e6  # kernels only: an operator's row repeats them
@@ -216,7 +222,7 @@ def sweep(model, opt, gcfg, tokenizer, vocab: int, device, rollouts_n: int = 64,
             for micro, autocast in configs:
                 cfg = replace(gcfg, gradient_accumulation_steps=gcfg.train_batch_size // micro)
                 grpo_update.autocast_context = _forced_autocast(autocast, device)
-                step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device)
+                step = partial(grpo.optimizer_step, model, opt, cfg, list(range(rollouts_n)), batch, device, Compute())
                 key = f"micro{micro}_autocast{int(autocast)}"
                 if key in out.get("sweep_out_of_memory", []):
                     continue

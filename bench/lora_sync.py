@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import torch
 
 from a5core.model import lora
+from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.optim import make_optimizer, make_schedule
@@ -93,7 +94,7 @@ def main() -> None:
     t0 = time.monotonic()
     for step in range(1, 17):
         policy.train()
-        optimizer_step(policy, opt, sched, examples, cfg, pad_token_id(tok), "cpu")
+        optimizer_step(policy, opt, sched, examples, cfg, pad_token_id(tok), "cpu", compute=Compute())
         if step in (1, 4, 16):
             policy.eval()
             out["steps"][step] = measure(policy, base, engine, batch)

@@ -24,6 +24,7 @@ def validate(models: list[str], seeds: int) -> dict:
     from a5core.generation.hf import HFBackend
     from a5core.grader.pool import GraderPool
     from a5core.model.loading import load_policy
+    from a5core.model.microbatch import Cut
     from a5core.run.evaluation import evaluate_policy
     from a5core.stage import entry
 
@@ -36,7 +37,9 @@ def validate(models: list[str], seeds: int) -> dict:
             backend = HFBackend(policy, tok, batch_size=64)
             for seed in range(seeds):
                 t0 = time.time()
-                ev = evaluate_policy(policy, tok, backend, rows, dataclasses.replace(cfg, seed=seed), pool, False)
+                ev = evaluate_policy(
+                    policy, tok, backend, rows, dataclasses.replace(cfg, seed=seed), pool, False, cut=Cut()
+                )
                 out[f"{path} seed {seed}"] = ev.metrics["eval/accuracy"]
                 print(path, seed, ev.metrics["eval/accuracy"], f"{time.time() - t0:.0f} s", flush=True)
     return out

@@ -17,6 +17,7 @@ import torch
 
 from a5core.config.sections import DataConfig
 from a5core.data.prepare import prepare
+from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
 from a5core.model.optim import make_optimizer
 from a5core.model.tokenization import pad_token_id
@@ -55,7 +56,7 @@ def main() -> None:
         if s == 1:
             t0 = time.perf_counter()
         batch = ex[s * a.batch_size : (s + 1) * a.batch_size]
-        sft_step(model, batch, cfg, pad_token_id(tok), torch.device("cpu"))
+        sft_step(model, batch, cfg, pad_token_id(tok), torch.device("cpu"), compute=Compute())
         opt.step()
         opt.zero_grad(set_to_none=True)
         if s >= 1:

@@ -40,6 +40,7 @@ from a5core.generation.vllm import VLLMBackend  # noqa: E402
 from a5core.model import autocast  # noqa: E402
 from a5core.model.loading import load_policy  # noqa: E402
 from a5core.model.logprobs import get_response_log_probs  # noqa: E402
+from a5core.model.microbatch import Cut  # noqa: E402
 from a5core.model.optim import make_optimizer  # noqa: E402
 from a5core.model.tokenization import encode_prompts  # noqa: E402
 
@@ -193,7 +194,7 @@ def run_layout(layout: str, args, save) -> bool:
     def build() -> dict:
         nonlocal backend
         t0 = time.perf_counter()
-        backend = VLLMBackend(args.model, cfg, seed=0, tokenizer=tokenizer, policy=policy)
+        backend = VLLMBackend(args.model, cfg, seed=0, tokenizer=tokenizer, policy=policy, cut=Cut())
         return {"start_s": round(time.perf_counter() - t0, 1), "vllm": backend.vllm.__version__, **free_gib(backend)}
 
     def perturbed_sync() -> dict:

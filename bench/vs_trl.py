@@ -98,14 +98,16 @@ def run_a5(args, out: Path) -> dict:
     from a5core.config.sections import GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
+    from a5core.model.compute import Compute
     from a5core.model.loading import load_policy
+    from a5core.model.microbatch import Cut
     from a5core.rl.grpo import train_grpo
     from a5core.run.history import RunHistory
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
-    # float32 as TRL's side (bf16=False): train_grpo's default Compute() runs no autocast
+    # float32 as TRL's side (bf16=False): Compute(), the reference path, runs no autocast
     policy, tok = load_policy(args.model, "cpu", "float32")
-    backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok)
+    backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok, seed=0, bf16=False, cut=Cut())
     cfg = a5_config(args)
     # the worker processes import this file as `vs_trl` (its folder is sys.path[0] of the script they were spawned from)
     pool = GraderPool(reward_fn="vs_trl:stop_at_answer_reward")
@@ -121,6 +123,7 @@ def run_a5(args, out: Path) -> dict:
             validate=lambda p, full: _NoEval(),
             history=history,
             initial={"metrics": {"eval/accuracy": 0.0}},
+            compute=Compute(),
         )
         seconds = time.monotonic() - t0
     policy.save_pretrained(out / "model")
@@ -172,6 +175,7 @@ def validate(model: str, validation: str, samples: int) -> dict:
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
     from a5core.model.loading import load_policy
+    from a5core.model.microbatch import Cut
     from a5core.run.evaluation import evaluate_policy
 
     policy, tok = load_policy(model, "cpu", "float32")
@@ -180,11 +184,12 @@ def validate(model: str, validation: str, samples: int) -> dict:
         result = evaluate_policy(
             policy,
             tok,
-            make_backend(GenerationConfig(batch_size=64), model, policy, tok),
+            make_backend(GenerationConfig(batch_size=64), model, policy, tok, seed=0, bf16=False, cut=Cut()),
             questions(validation, 10_000),
             cfg,
             pool,
             progress=False,
+            cut=Cut(),
         )
     return {
         **{k: result.metrics[k] for k in ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "count/questions")},

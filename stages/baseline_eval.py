@@ -6,7 +6,7 @@ import dataclasses
 from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.base.records import GENERATION_SCHEMA
 from a5core.base.run_record import write_run_record
-from a5core.config.sections import EvalConfig, GenerationConfig, ModelConfig, load_section
+from a5core.config.sections import EvalConfig, GenerationConfig, ModelConfig, read_params, section_of
 from a5core.generation import make_backend
 from a5core.model.compute import Compute
 from a5core.model.loading import load_policy
@@ -18,16 +18,19 @@ from a5core.stage.training import grader_pool, validation_protocol, validation_r
 
 def main() -> None:
     args = entry.args("model", "validation", "generations", "metrics", "breakdown", "report", "initial", "record")
-    cfg = load_section(EvalConfig, "eval", args.params)
-    val_cfg = load_section(EvalConfig, "validation", args.params)
-    gen = load_section(GenerationConfig, "generation", args.params)
+    raw = read_params(args.params)  # read once: its sections typed from it
+    cfg = section_of(raw, EvalConfig, "eval", args.params)
+    val_cfg = section_of(raw, EvalConfig, "validation", args.params)
+    gen = section_of(raw, GenerationConfig, "generation", args.params)
     rows = entry.rows(args.validation, ["unique_id", "problem", "answer"])
     pool = grader_pool(cfg).start()  # its imports overlap the model load
-    model = load_section(ModelConfig, "model", args.params)
+    model = section_of(raw, ModelConfig, "model", args.params)
     device = entry.setup_torch(cfg.seed)
     compute = Compute.of(model, device, generation=gen)  # its precisions and LM-head chunking (no training: no plan)
     policy, tokenizer = load_policy(args.model, device, model.dtype)
-    backend = make_backend(gen, args.model, policy, tokenizer, cfg.seed, compute.generation_bf16, compute.cut)
+    backend = make_backend(
+        gen, args.model, policy, tokenizer, seed=cfg.seed, bf16=compute.generation_bf16, cut=compute.cut
+    )
     with pool:
         result = evaluate_policy(policy, tokenizer, backend, rows, cfg, pool, cut=compute.cut)
     # The same settings measure the same thing (every request is seeded): evaluate again only if they differ.

@@ -13,7 +13,7 @@ import sys
 from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.base.records import ROLLOUT_SCHEMA
 from a5core.base.seeds import derive_seed
-from a5core.config.sections import load_run, load_section
+from a5core.config.sections import read_params, run_of, section_of
 from a5core.rl.ei import EIConfig, ei_round, history_row
 from a5core.rl.sft import SFTConfig
 from a5core.run.checkpoint import fingerprint
@@ -21,6 +21,7 @@ from a5core.run.history import read_log, write_csv
 from a5core.run.stage_reports import ei_report
 from a5core.stage import entry
 from a5core.stage.training import (
+    StageParams,
     finished_before,
     keep_outputs,
     put_back,
@@ -101,8 +102,9 @@ def _train(ts, args, cfg: EIConfig, sft_cfg: SFTConfig, train: list[dict], fp: s
 def main() -> None:
     args = entry.args(*PATHS, round=int, history=str, seed=int)
     rounds = _history(args)
-    cfg = load_run(EIConfig, "ei", "ei_runs", args.run, args.params)
-    sft_cfg = load_section(SFTConfig, "sft", args.params)
+    raw = read_params(args.params)  # read once: the run's sections and the shared ones typed from it
+    cfg = run_of(raw, EIConfig, "ei", "ei_runs", args.run, args.params)
+    sft_cfg, shared = section_of(raw, SFTConfig, "sft", args.params), StageParams.of(raw, args.params)
     train = entry.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     name = f"ei_round_{args.round}@{args.run}"
     if args.seed is not None:  # a seed replicate of the run
@@ -111,6 +113,7 @@ def main() -> None:
     with training_stage(
         args,
         name,
+        params=shared,
         seed=derive_seed(cfg.seed, "ei_round", args.round),
         subset_size=sft_cfg.eval_examples,
         initial_from=args.initial,

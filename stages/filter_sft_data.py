@@ -2,7 +2,7 @@
 
 from a5core.base.artifacts import provenance, write_json, write_parquet, write_text
 from a5core.base.run_record import write_run_record
-from a5core.config.sections import EvalConfig, load_section
+from a5core.config.sections import EvalConfig, read_params, section_of
 from a5core.data.adapters import SFT_SCHEMA
 from a5core.data.sft_traces import filter_traces
 from a5core.grader import GraderPool
@@ -13,8 +13,9 @@ from a5core.stage import entry
 
 def main() -> None:
     args = entry.args("sft", "out", "metrics", "report", "record")
-    reward = load_section(SFTConfig, "sft", args.params).train_reward
-    cfg = load_section(EvalConfig, "validation", args.params)  # the grader's workers and time limit
+    raw = read_params(args.params)  # read once: its sections typed from it
+    reward = section_of(raw, SFTConfig, "sft", args.params).train_reward
+    cfg = section_of(raw, EvalConfig, "validation", args.params)  # the grader's workers and time limit
     rows = entry.rows(args.sft, SFT_SCHEMA.names)
     with GraderPool(reward, cfg.grader_workers, cfg.grader_timeout_s) as pool:
         kept, rejected, stats = filter_traces(rows, pool)

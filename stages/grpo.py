@@ -4,17 +4,25 @@ grpo_replicate@<run>-<seed>: the same run with grpo.seed replaced (a5core/report
 import dataclasses
 
 from a5core.config.prompts import REWARD_FNS
-from a5core.config.sections import EvalConfig, load_run, load_section
+from a5core.config.sections import read_params, run_of
 from a5core.rl.grpo import GRPOConfig, train_grpo
 from a5core.run.checkpoint import Checkpointer, fingerprint
 from a5core.run.history import timings
 from a5core.stage import entry
-from a5core.stage.training import Snapshots, finished_before, keep_outputs, put_back, training_stage, write_results
+from a5core.stage.training import (
+    Snapshots,
+    StageParams,
+    finished_before,
+    keep_outputs,
+    put_back,
+    training_stage,
+    write_results,
+)
 
 
-def run_config(args) -> tuple[GRPOConfig, str]:
-    """The run's config and stage name; with `--seed`, a seed replicate of the run."""
-    cfg = load_run(GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
+def run_config(args, raw: dict) -> tuple[GRPOConfig, str]:
+    """The run's config (from the params file's values `raw`) and stage name; with `--seed`, a seed replicate."""
+    cfg = run_of(raw, GRPOConfig, "grpo", "grpo_runs", args.run, args.params)
     if args.seed is None:
         return cfg, f"grpo@{args.run}"
     return dataclasses.replace(cfg, seed=args.seed), f"grpo_replicate@{args.run}-{args.seed}"
@@ -42,16 +50,19 @@ def _train(ts, args, cfg: GRPOConfig, train: list[dict], fp: str, params: dict, 
 def main() -> None:
     names = ("run", "model", "train", "validation", "out", "metrics", "live", "logs", "scratch", "record")
     args = entry.args(*names, seed=int)
-    cfg, name = run_config(args)
+    raw = read_params(args.params)  # read once: the run's section and the shared ones typed from it
+    cfg, name = run_config(args, raw)
+    shared = StageParams.of(raw, args.params)
     # Each run trains on `grpo.reward_fn` (default: its prompt's reward) and is validated with its own prompt and that
     # prompt's reward; a run with the validation section's prompt is validated with the validation section's
     # reward_fn (one pool when the two are the same).
-    validation = load_section(EvalConfig, "validation", args.params)
+    validation = shared.validation
     val_reward = validation.reward_fn if cfg.prompt == validation.prompt else REWARD_FNS[cfg.prompt]
     train = entry.rows(args.train, ["unique_id", "problem", "answer"])  # checked before the model loads
     with training_stage(
         args,
         name,
+        params=shared,
         seed=cfg.seed,
         subset_size=cfg.eval_examples,
         initial_from=args.model,

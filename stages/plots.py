@@ -10,7 +10,7 @@ from pathlib import Path
 
 from a5core.base.artifacts import write_json, write_text
 from a5core.base.run_record import RECORD_FILE, read_run_record
-from a5core.config.sections import DataConfig, ReplicatesConfig, load_section, read_params
+from a5core.config.sections import DataConfig, ReplicatesConfig, read_params, section_of
 from a5core.report.curves import write_curves
 from a5core.report.leaderboard import draw_leaderboard, entries, leaderboard_markdown
 from a5core.report.plots import make_plots
@@ -47,7 +47,7 @@ def main() -> None:
     params = read_params(args.params)
     runs = {family: list(params.get(f"{family}_runs") or {}) for family in ("sft", "ei")}
     grpo = {name: overrides or {} for name, overrides in (params.get("grpo_runs") or {}).items()}
-    reps = load_section(ReplicatesConfig, "replicates", args.params)
+    reps = section_of(params, ReplicatesConfig, "replicates", args.params)
     seeds = {family: {run: reps.seeds for run in reps.runs(family)} for family in ("sft", "ei", "grpo")}
     results = make_plots(
         Path(args.results), Path(args.figures), runs, grpo, ei_last=args.ei, seeds=seeds, records=Path(args.records)
@@ -60,7 +60,7 @@ def main() -> None:
     records = [r for p in sorted(Path(args.records).rglob(RECORD_FILE)) if (r := read_run_record(p))["stage"] in dag]
     write_json(sorted(records, key=lambda r: r["stage"]), args.made_by)
     figures_rel = os.path.relpath(args.figures, Path(args.summary).parent)
-    questions = validation_set(load_section(DataConfig, "data", args.params))
+    questions = validation_set(section_of(params, DataConfig, "data", args.params))
     examples = grpo_examples(Path(args.results), list(grpo))
     summary = summary_markdown(
         results, figures_rel, records=records, validation_set=questions, replicates=replicates, examples=examples

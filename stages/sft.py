@@ -5,12 +5,20 @@ sft_replicate@<run>-<seed>: the same run with sft.seed replaced, which picks and
 import dataclasses
 from pathlib import Path
 
-from a5core.config.sections import SFTRun, from_dict, load_section, read_params
+from a5core.config.sections import SFTRun, entry_of, read_params, section_of
 from a5core.data.sft_traces import select_examples
 from a5core.rl.sft import SFTConfig, train_sft
 from a5core.run.checkpoint import Checkpointer, fingerprint
 from a5core.stage import entry
-from a5core.stage.training import Snapshots, finished_before, keep_outputs, put_back, training_stage, write_results
+from a5core.stage.training import (
+    Snapshots,
+    StageParams,
+    finished_before,
+    keep_outputs,
+    put_back,
+    training_stage,
+    write_results,
+)
 
 
 def _train(ts, args, cfg: SFTConfig, rows: list[dict], fp: str, params: dict, name: str):
@@ -33,16 +41,19 @@ def _train(ts, args, cfg: SFTConfig, rows: list[dict], fp: str, params: dict, na
 def main() -> None:
     names = ("run", "model", "data", "validation", "initial", "out", "metrics", "live", "logs", "scratch", "record")
     args = entry.args(*names, seed=int)
-    cfg = load_section(SFTConfig, "sft", args.params)
+    raw = read_params(args.params)  # read once: the run's sections and the shared ones typed from it
+    cfg, shared = section_of(raw, SFTConfig, "sft", args.params), StageParams.of(raw, args.params)
     if args.seed is not None:  # a seed replicate of the run
         cfg = dataclasses.replace(cfg, seed=args.seed)
-    run = from_dict(SFTRun, read_params(args.params)["sft_runs"][args.run] or {}, f"sft_runs.{args.run}")
+    run = entry_of(raw, SFTRun, "sft_runs", args.run, args.params)
     if Path(args.data).is_dir():  # the data folder (a replicate's stage cannot name the run's file): its traces in it
         args.data = str(Path(args.data) / f"{run.data}.parquet")
     traces = entry.rows(args.data, ["unique_id", "prompt", "response"])  # checked before the model loads
     rows = select_examples(traces, run.examples, cfg.seed)
     name = f"sft@{args.run}" if args.seed is None else f"sft_replicate@{args.run}-{args.seed}"
-    with training_stage(args, name, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial) as ts:
+    with training_stage(
+        args, name, params=shared, seed=cfg.seed, subset_size=cfg.eval_examples, initial_from=args.initial
+    ) as ts:
         inputs = {"model": args.model, "data": args.data, "validation": args.validation}
         params = {"sft": cfg, "run": run, "validation": ts.start.validation, **ts.start.numerics()}
         fp = fingerprint(params, inputs)

@@ -57,7 +57,9 @@ def main() -> None:
     start = copy.deepcopy(policy)
     policy = distributed.shard(policy.train(), "fsdp2", streamed=True)
     backend = distributed.FullWeightsBackend(
-        VLLMBackend(args.model, GenerationConfig(backend="vllm", sync_tolerance=1e-4), tokenizer=tok, policy=policy)
+        VLLMBackend(
+            args.model, GenerationConfig(backend="vllm", sync_tolerance=1e-4), tokenizer=tok, policy=policy, cut=Cut()
+        )
     )
     backend.sync_weights(policy)  # a stage's initial validation: the probe's forwards, then the rollouts' entropies
     ids = torch.arange(3, 20).reshape(1, -1)  # (1, 17)

@@ -122,9 +122,9 @@ def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW)
     batch, cpu = rollouts(tok), torch.device("cpu")
     m = fresh(model, how)
     opt = optimizer(m.parameters(), lr=1e-3)
-    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu, compute=Compute())
     Checkpointer(folder, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
-    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu, compute=Compute())
     m2 = fresh(model, how)
     opt2 = optimizer(m2.parameters(), lr=1e-3)
     reads, load = [], torch.load
@@ -139,7 +139,7 @@ def resume_case(model, tok, how: How, folder: Path, optimizer=torch.optim.AdamW)
         state = Checkpointer(folder, "fp", every=1).restore_training(m2, opt2)
     finally:
         torch.load = load
-    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
+    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu, compute=Compute())
     restored = [(state["step"], state["history"])]
     shards = sorted(p.name for p in (folder / "state" / "dcp").glob("*"))  # fsdp2's distributed checkpoint
     fresh_start, sharded = [], distributed.is_sharded(m)
@@ -174,14 +174,14 @@ def cross_case(model, tok, how: How, write: Path, read: str | None) -> dict:
     batch, cpu = rollouts(tok), torch.device("cpu")
     m = fresh(model, how)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu)
+    optimizer_step(m, opt, cfg, list(range(6)), batch, cpu, compute=Compute())
     Checkpointer(write, "fp", every=1).save_training(m, opt, 1, [{"step": 1}])
     if not read:
         return {}
     m2 = fresh(model, how)
     opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
     state = Checkpointer(read, "fp", every=1).restore_training(m2, opt2)
-    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu)
+    optimizer_step(m2, opt2, cfg, list(range(6)), batch, cpu, compute=Compute())
     return {"step": state["step"], "resumed": flat_weights(m2)}
 
 

@@ -6,6 +6,7 @@ import torch
 from a5core.config.sections import GenerationConfig, SamplingConfig
 from a5core.generation import HFBackend, truncate_at_stop
 from a5core.generation.vllm import engine_device, engine_kwargs
+from a5core.model.microbatch import Cut
 
 
 def test_truncate_at_stop_keeps_stop_string():
@@ -172,13 +173,13 @@ def test_generation_entropies_equal_a_teacher_forced_pass(tiny):
         for j, c in enumerate(cs)
     ]
     assert all(len(s.token_entropies) == len(s.token_ids) > 0 for s in samples)
-    from_generation = response_entropies(model, tok, samples)
-    teacher_forced = forward_entropies(model, tok, samples)
+    from_generation = response_entropies(model, tok, samples, cut=Cut())
+    teacher_forced = forward_entropies(model, tok, samples, cut=Cut())
     assert from_generation == pytest.approx(teacher_forced, abs=1e-4)
     # without recorded entropies (the vLLM backend) the forward pass is used, for the first `limit` samples
     bare = [GradedSample(**{**s.__dict__, "token_entropies": None}) for s in samples]
-    assert response_entropies(model, tok, bare) == pytest.approx(teacher_forced, abs=1e-6)
-    assert response_entropies(model, tok, bare, limit=2)[2:] == [None, None]
+    assert response_entropies(model, tok, bare, cut=Cut()) == pytest.approx(teacher_forced, abs=1e-6)
+    assert response_entropies(model, tok, bare, limit=2, cut=Cut())[2:] == [None, None]
 
 
 def test_engine_placement_per_layout():

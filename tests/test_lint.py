@@ -48,3 +48,54 @@ def test_no_backend_name_test_outside_generation():
             if BACKEND_NAME_TEST.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, found
+
+
+SETTINGS = {"Compute", "Cut"}  # a stage's compute settings (a5core/model/compute.py) and their micro-batch cut
+HANDOUT_SIGNATURES = {"get_response_log_probs"}  # the handout's adapter API: its callers pass no settings
+
+
+def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    return [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
+
+
+def test_settings_are_required_arguments():
+    """Issue 60: no function in a5core/ or stages/ defaults a settings record (`Compute()`, `Cut()`): a caller that
+    forgot the stage's settings would silently run the reference path in float32. Tests and benches pass
+    `Compute()` by name where they mean it."""
+    found = []
+    for path in sorted([*(ROOT / "a5core").rglob("*.py"), *(ROOT / "stages").glob("*.py")]):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name in HANDOUT_SIGNATURES:
+                continue
+            for d in _defaults(fn):
+                called = d.func if isinstance(d, ast.Call) else None
+                name = getattr(called, "id", None) or getattr(called, "attr", None)
+                if name in SETTINGS:
+                    found.append(f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}: {ast.unparse(d)}")
+    assert not found, found
+
+
+STAGE_SCRIPTS_READING_SECTIONS = ("sft", "grpo", "ei_round", "baseline_eval", "filter_sft_data", "plots")
+
+
+def _calls(tree: ast.AST, names: set[str]) -> list[str]:
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            name = getattr(n.func, "id", None) or getattr(n.func, "attr", None)
+            if name in names:
+                found.append(name)
+    return found
+
+
+def test_a_stage_reads_its_params_file_once():
+    """Issue 60: a stage reads its params file once (`read_params`) and types its sections from those values
+    (`section_of`, `run_of`, `entry_of`; a training stage's shared sections as `StageParams.of`, passed down to
+    `training_stage`); the training prologue reads none itself."""
+    loaders = {"load_section", "load_run"}
+    for script in STAGE_SCRIPTS_READING_SECTIONS:
+        tree = ast.parse((ROOT / "stages" / f"{script}.py").read_text())
+        assert _calls(tree, {"read_params"}) == ["read_params"], script
+        assert not _calls(tree, loaders), script
+    prologue = ast.parse((ROOT / "a5core" / "stage" / "training.py").read_text())
+    assert not _calls(prologue, loaders | {"read_params"})

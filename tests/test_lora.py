@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from a5core.model import lora
+from a5core.model.compute import Compute
 from a5core.model.optim import make_optimizer
 from a5core.rl.sft import SFTConfig, encode_examples, sft_step
 from a5core.run import plan
@@ -68,7 +69,14 @@ def test_an_sft_step_moves_the_adapters_and_leaves_the_base_weights(tiny):
     base = {n: p.detach().clone() for n, p in policy.named_parameters() if not p.requires_grad}
     adapters = {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
     opt = make_optimizer(policy, 1e-2)
-    sft_step(policy.train(), encode_examples(tok, SFT_ROWS[:4]), SFTConfig(micro_batch_size=2), 0, torch.device("cpu"))
+    sft_step(
+        policy.train(),
+        encode_examples(tok, SFT_ROWS[:4]),
+        SFTConfig(micro_batch_size=2),
+        0,
+        torch.device("cpu"),
+        compute=Compute(),
+    )
     opt.step()
     params = dict(policy.named_parameters())
     assert all(torch.equal(params[n], t) for n, t in base.items())

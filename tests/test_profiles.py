@@ -1,6 +1,6 @@
-"""Profiles inherit through Hydra's defaults list (issue 43): smoke, cpu-study, cpu-leaderboard and quick from default,
-full-mini from full, each file only its differences from its base, block style. Every profile composes to the
-params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's composition and through tools.profile.
+"""Profiles inherit through Hydra's defaults list (issue 43): smoke, cpu-study, cpu-leaderboard, cpu-rl-gains and quick
+from default, full-mini from full, each file only its differences from its base, block style. Every profile composes to
+the params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's composition and through tools.profile.
 Those files were written before the profiles inherited (each was a whole copy then), so the change left every
 params.yaml byte for byte as it was.
 
@@ -13,6 +13,7 @@ it fails here until the fixtures are written again, on purpose, and their diff i
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,19 @@ def test_profiles_are_block_style_with_short_lines(path):
     sections = [value for _, value in root.value if isinstance(value, yaml.MappingNode)]
     flow = [node.start_mark.line + 1 for node in [root, *sections] if node.flow_style and node.value]
     assert not flow, f"{path.name}: flow-style sections at lines {flow}"
+
+
+def test_a_profile_scripts_clone_runs_its_own_code(tmp_path):
+    """scripts/clone.sh's `enter_clone` (cpu_study.sh, leaderboard.sh, rl_gains.sh run a profile in a clone): a stage
+    script there imports the clone's a5core, not this workspace's (the .venv installs it in editable mode), so edits in
+    progress here never reach a study running there."""
+    clone = tmp_path / "clone"
+    where = 'python -c "import a5core; print(a5core.__file__)"'
+    r = subprocess.run(
+        ["bash", "-c", f". scripts/clone.sh && enter_clone {clone} && cd stages && {where}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert Path(r.stdout.strip().splitlines()[-1]) == clone / "a5core" / "__init__.py"

@@ -13,6 +13,7 @@ import torch
 
 from a5core.base.records import GradedSample, RolloutBatch
 from a5core.config.sections import ConfigError, from_dict
+from a5core.model.compute import Compute
 from a5core.model.logprobs import get_response_log_probs
 from a5core.model.tokenization import tokenize_ids
 from a5core.rl.advantages import group_normalize
@@ -49,13 +50,13 @@ def update(model, c: GRPOConfig, b: RolloutBatch, idx=None) -> tuple[torch.Tenso
         grads.extend(torch.zeros_like(p) if p.grad is None else -p.grad.clone() for p in m.parameters()),
         step(),
     )[1]
-    row = optimizer_step(m, opt, c, idx or list(range(N)), b, CPU)
+    row = optimizer_step(m, opt, c, idx or list(range(N)), b, CPU, compute=Compute())
     return torch.cat([g.flatten() for g in grads]), row
 
 
 def current(model, b: RolloutBatch) -> list[torch.Tensor]:
     """The model's own log-probs of the rollouts (what old log-probs are on-policy)."""
-    return old_log_probs_for(copy.deepcopy(model).eval(), b, 2, CPU)
+    return old_log_probs_for(copy.deepcopy(model).eval(), b, 2, CPU, compute=Compute())
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:

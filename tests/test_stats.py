@@ -21,6 +21,7 @@ from a5core.base.stats import (
     wilson,
 )
 from a5core.config.sections import EvalConfig
+from a5core.model.microbatch import Cut
 from a5core.run.evaluation import evaluate_policy
 from tests.support.loops import ROWS, StubBackend, StubPool
 
@@ -73,7 +74,7 @@ def test_evaluation_treats_questions_as_the_unit(tiny):
     model, tok = tiny
     backend = StubBackend(tok, [" good", " bad", " bad"])  # sample j of every prompt is texts[j % 3]
     cfg = EvalConfig(samples_per_example=3, reward_fn="a5core.grader:r1_zero_reward_fn")
-    result = evaluate_policy(model, tok, backend, ROWS[:4], cfg, StubPool(), progress=False)
+    result = evaluate_policy(model, tok, backend, ROWS[:4], cfg, StubPool(), progress=False, cut=Cut())
     assert len(result.samples) == 12 and [s.sample_index for s in result.samples[:3]] == [0, 1, 2]
     m = result.metrics
     assert (m["count/questions"], m["count/samples_per_question"], m["count/samples"]) == (4, 3, 12)
@@ -217,7 +218,7 @@ def test_evaluate_policy_votes_with_its_pools_equivalence(tiny):
     rows = [{"unique_id": "q", "problem": "What is 1 + 1?", "answer": "2", "subject": "s", "level": "1"}]
     cfg = EvalConfig(samples_per_example=3, grader_workers=1, grader_audit=False)
     with GraderPool(workers=1) as pool:
-        result = evaluate_policy(model, tok, StubBackend(tok, texts), rows, cfg, pool, progress=False)
+        result = evaluate_policy(model, tok, StubBackend(tok, texts), rows, cfg, pool, progress=False, cut=Cut())
     assert [s.answer_reward for s in result.samples] == [1.0, 0.0, 0.0]
     assert result.at_k["maj@3"] == {"q": 0.0} and result.metrics["eval/maj@3"] == 0.0
 

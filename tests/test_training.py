@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from a5core.model.compute import Compute
 from a5core.model.tokenization import pad_token_id
 from a5core.rl.sft import SFTConfig, encode_examples, sft_step, train_sft
 from a5core.run.checkpoint import Checkpointer
@@ -18,8 +19,8 @@ def test_grad_accumulation_equals_one_big_batch(tiny):
     model, tok = tiny
     ex = encode_examples(tok, SFT_ROWS[:4])
     a, b = copy.deepcopy(model), copy.deepcopy(model)
-    sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"))
-    sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"))
+    sft_step(a, ex, SFTConfig(micro_batch_size=1), pad_token_id(tok), torch.device("cpu"), compute=Compute())
+    sft_step(b, ex, SFTConfig(micro_batch_size=4), pad_token_id(tok), torch.device("cpu"), compute=Compute())
     assert torch.allclose(flat_grads(a), flat_grads(b), atol=1e-5, rtol=1e-4)
 
 
@@ -60,7 +61,9 @@ def test_warmup_is_a_fraction_of_the_run_and_validation_is_full_at_the_end(tiny,
     validator = StubValidator()
     cfg = SFTConfig(batch_size=1, micro_batch_size=1, warmup_ratio=0.5, eval_every=3, eval_examples=2, lr=1e-3)
     with DyingHistory(tmp_path) as history:
-        train_sft(copy.deepcopy(model), tok, rows=SFT_ROWS, cfg=cfg, validate=validator, history=history)
+        train_sft(
+            copy.deepcopy(model), tok, rows=SFT_ROWS, cfg=cfg, validate=validator, history=history, compute=Compute()
+        )
     lrs = [r["train/lr"] for r in history.rows["train"]]
     assert lrs[:4] == pytest.approx([1e-3 * k / 4 for k in (1, 2, 3, 4)])  # 8 steps, 4 of warm-up
     assert validator.calls == [False, False, True]  # the fixed subset mid-run (steps 3, 6), the whole set at the end
@@ -72,7 +75,15 @@ def test_console_prints_a_line_per_step_with_numbers(tiny, tmp_path, capsys):
     model, tok = tiny
     cfg = SFTConfig(batch_size=4, micro_batch_size=2, eval_every=0, lr=1e-3)
     with DyingHistory(tmp_path) as history:
-        train_sft(copy.deepcopy(model), tok, rows=SFT_ROWS, cfg=cfg, validate=StubValidator(), history=history)
+        train_sft(
+            copy.deepcopy(model),
+            tok,
+            rows=SFT_ROWS,
+            cfg=cfg,
+            validate=StubValidator(),
+            history=history,
+            compute=Compute(),
+        )
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[test] step")]
     assert len(lines) == 2 and "loss " in lines[0] and "tok/s" in lines[0]
     # the first step of a process starts the clock; the rate and ETA come from the steps after it

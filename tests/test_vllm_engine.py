@@ -24,6 +24,7 @@ from a5core.generation import vllm as vllm_backend
 from a5core.generation import vllm_weights
 from a5core.generation.hf import HFBackend
 from a5core.generation.vllm import VLLMBackend, WeightSyncError
+from a5core.model.microbatch import Cut
 from a5core.model.tokenization import tokenize_prompt_and_output
 
 pytestmark = pytest.mark.vllm_engine
@@ -67,7 +68,12 @@ def engine(tmp_path_factory, sharp):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     backend = VLLMBackend(
-        str(folder), GenerationConfig(backend="vllm", sync_tolerance=1e-3), seed=0, tokenizer=tok, policy=model
+        str(folder),
+        GenerationConfig(backend="vllm", sync_tolerance=1e-3),
+        seed=0,
+        tokenizer=tok,
+        policy=model,
+        cut=Cut(),
     )
     return backend, model, tok
 
@@ -416,7 +422,12 @@ def qwen2(tmp_path_factory, sharp):
     np.random.seed(12345)
     before = state()
     backend = VLLMBackend(
-        str(folder), GenerationConfig(backend="vllm", sync_tolerance=1e-3), seed=7, tokenizer=tok, policy=model
+        str(folder),
+        GenerationConfig(backend="vllm", sync_tolerance=1e-3),
+        seed=7,
+        tokenizer=tok,
+        policy=model,
+        cut=Cut(),
     )
     return backend, model, (before, state())
 
@@ -485,6 +496,7 @@ from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
 
 from a5core.config.sections import GenerationConfig
 from a5core.generation.vllm import VLLMBackend
+from a5core.model.microbatch import Cut
 
 
 class Built(Exception):
@@ -499,7 +511,7 @@ def engine(**kwargs):  # what vLLM's engine does on CUDA when it builds its samp
 type(current_platform).is_cuda = lambda self: True  # vLLM's sampler takes its CUDA branch
 vllm.LLM = engine
 try:
-    VLLMBackend("unused", GenerationConfig())
+    VLLMBackend("unused", GenerationConfig(), cut=Cut())
 except Built:
     print("sampler built")
 """

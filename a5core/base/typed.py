@@ -3,7 +3,9 @@
 - `from_dict(cls, data, section)` builds a frozen dataclass from a mapping: unknown keys, types, `Literal[...]`
   choices and ranges (`Annotated[int, Bound(lo=1)]`), then the section's own `problems()`, all reported at once.
 - `load_yaml` reads YAML 1.2 floats (`3e-6`, as `dvc exp run -S` writes them) and rejects duplicate keys.
-- `read_params`, `load_section(cls, name, path)` and `load_run(cls, section, runs, run, path)` read a params file.
+- `read_params` reads a params file; `section_of(params, cls, name)`, `run_of(params, cls, section, runs, run)` and
+  `entry_of` type its parts (`load_section`, `load_run`: the same from a path); `with_run` is the one merge of a
+  section and a named run's overrides (`every_run`: each run's).
 - `pin_params(path)` (a stage's prologue) and `check_pinned_params()`: a stage reads its params file once; if the file
   holds other values at its end (a second `dvc exp run` in the same checkout writes params.yaml before DVC refuses it
   as busy), the stage fails, so DVC never records outputs under params that did not make them.
@@ -318,26 +320,62 @@ def read_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     return data
 
 
-def load_section(cls, name: str, path: str | Path = "params.yaml", overrides: dict | None = None):
-    """Read section `name` of params file `path` into `cls`, applying `overrides` (one named run's settings)."""
-    params = read_params(path)
+def section_of(params: dict[str, Any], cls, name: str, path: str | Path = "params.yaml"):
+    """Section `name` of the params `params` (read from `path`) as `cls`."""
     if name not in params:
         raise ConfigError(f"{path}: no section {name!r}")
-    return from_dict(cls, {**(params[name] or {}), **(overrides or {})}, name)
+    return from_dict(cls, params[name] or {}, name)
 
 
-def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
-    """`section` with the overrides of entry `run` of the `runs` dict (one DVC foreach stage per entry).
+def load_section(cls, name: str, path: str | Path = "params.yaml"):
+    """Read section `name` of params file `path` into `cls`."""
+    return section_of(read_params(path), cls, name, path)
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def with_run(params: dict[str, Any], section: str, runs: str, run: str) -> dict[str, Any]:
+    """Run `run`'s values: `section`'s with entry `run` of the `runs` table (its overrides) over them. The one merge of
+    a section and a run's overrides (the stages through `load_run`, the checks, the plans); a value that is not a
+    mapping counts as empty (the checks report it)."""
+    return {**_mapping(params.get(section)), **_mapping(_mapping(params.get(runs)).get(run))}
+
+
+def every_run(params: dict[str, Any], section: str, runs: str) -> dict[str, dict[str, Any]]:
+    """Each entry of the `runs` table with its values (`with_run`)."""
+    return {run: with_run(params, section, runs, run) for run in _mapping(params.get(runs))}
+
+
+def _entry(params: dict[str, Any], runs: str, run: str, path: str | Path) -> dict[str, Any]:
+    """Entry `run` of the `runs` table of a params file, which must exist and be a mapping (or empty)."""
+    entries = _mapping(params.get(runs))
+    if run not in entries:
+        raise ConfigError(f"{path}: {runs} has no entry {run!r}; entries: {sorted(entries)}")
+    if entries[run] is not None and not isinstance(entries[run], dict):
+        raise ConfigError(f"{runs}.{run}: expected a mapping, got {entries[run]!r}")
+    return entries[run] or {}
+
+
+def run_of(params: dict[str, Any], cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
+    """`section` with the overrides of entry `run` of the `runs` dict (one DVC foreach stage per entry) as `cls`.
 
     The initial policy is shared by every run: it is a dependency path in dvc.yaml (`models/${section.init_policy}`),
     so a per-run override would train from one model while DVC tracked another.
     """
-    entries = read_params(path).get(runs) or {}
-    if run not in entries:
-        raise ConfigError(f"{path}: {runs} has no entry {run!r}; entries: {sorted(entries)}")
-    overrides = entries[run] or {}
-    if not isinstance(overrides, dict):
-        raise ConfigError(f"{runs}.{run}: expected a mapping of overrides on {section}, got {overrides!r}")
-    if "init_policy" in overrides:
+    if "init_policy" in _entry(params, runs, run, path):
         raise ConfigError(f"{runs}.{run}: init_policy cannot differ per run; set {section}.init_policy")
-    return load_section(cls, section, path, overrides)
+    if section not in params:
+        raise ConfigError(f"{path}: no section {section!r}")
+    return from_dict(cls, with_run(params, section, runs, run), section)
+
+
+def load_run(cls, section: str, runs: str, run: str, path: str | Path = "params.yaml"):
+    """`run_of` on params file `path`."""
+    return run_of(read_params(path), cls, section, runs, run, path)
+
+
+def entry_of(params: dict[str, Any], cls, runs: str, run: str, path: str | Path = "params.yaml"):
+    """Entry `run` of the `runs` dict as a whole record of `cls` (sft_runs: each entry is its own SFTRun)."""
+    return from_dict(cls, _entry(params, runs, run, path), f"{runs}.{run}")

@@ -34,12 +34,7 @@ from pathlib import Path
 
 from a5core.base.artifacts import write_json
 from a5core.base.run_record import RECORD_FILE, machine, machine_kind, read_run_record
-from a5core.config.sections import read_params
-
-
-def _run(params: dict, family: str, run: str) -> dict:
-    """A family's section with one run's overrides (sft runs are entries of their own: examples, data)."""
-    return {**(params.get(family) or {}), **((params.get(f"{family}_runs") or {}).get(run) or {})}
+from a5core.config.sections import read_params, with_run
 
 
 def _validation(params: dict, section: str = "validation") -> float:
@@ -60,13 +55,13 @@ def _sft(params: dict, run: str) -> float:
 
 
 def _ei(params: dict, run: str) -> float:
-    e = _run(params, "ei", run)
+    e = with_run(params, "ei", "ei_runs", run)
     rollouts = e.get("n_questions", 0) * e.get("rollouts_per_question", 1) * e.get("max_tokens", 0)
     return rollouts * (1 + e.get("sft_epochs", 1)) + _validation(params)
 
 
 def _grpo(params: dict, run: str) -> float:
-    g = _run(params, "grpo", run)
+    g = with_run(params, "grpo", "grpo_runs", run)
     per_step = g.get("rollout_batch_size", 0) * g.get("max_tokens", 0) * (1 + g.get("epochs_per_rollout_batch", 1))
     return g.get("n_grpo_steps", 0) * per_step + _validation(params)
 
@@ -181,7 +176,7 @@ def budget_steps(rows: list[dict], params: dict) -> dict[str, float]:
     out = {}
     for row in rows:
         fam, run = family(row["stage"])
-        g = _run(params, "grpo", run) if fam == "grpo" else {}
+        g = with_run(params, "grpo", "grpo_runs", run) if fam == "grpo" else {}
         if g.get("time_budget_s") and row["seconds"]:
             out[row["stage"]] = min(g["n_grpo_steps"], g["time_budget_s"] / (row["seconds"] / g["n_grpo_steps"]))
     return out

@@ -15,7 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from a5core.config.sections import BACKEND_FACTS, ConfigError, EvalConfig, engine_gpu, from_dict, reward_fn_problem
+from a5core.config.sections import (
+    BACKEND_FACTS,
+    ConfigError,
+    EvalConfig,
+    engine_gpu,
+    every_run,
+    from_dict,
+    reward_fn_problem,
+)
 from a5core.run.dag import dag_outputs, writer_of
 
 CONTRACT_PAIRS = (("</think> <answer>4</answer>", "4"), ("</think> <answer>5</answer>", "4"))  # correct, wrong
@@ -119,7 +127,7 @@ def distributed_problems(params: dict) -> list[str]:
     if engine_gpu(gen.get("backend", "hf"), gen.get("layout")):
         found.append("distributed: on N ranks each rank's vLLM engine shares its GPU; set generation.layout: one_gpu")
     if cfg.get("strategy") == "fsdp2":
-        runs = [{**(params.get("grpo") or {}), **(o or {})} for o in (params.get("grpo_runs") or {}).values()]
+        runs = every_run(params, "grpo", "grpo_runs").values()
         blocked = {"model.lora_rank": model.get("lora_rank"), "grpo kl_coef": any(r.get("kl_coef") for r in runs)}
         found += [f"distributed.strategy fsdp2 runs without {name} (use ddp)" for name, on in blocked.items() if on]
     return found
@@ -133,7 +141,7 @@ def staleness_problems(params: dict) -> list[str]:
     if not BACKEND_FACTS[backend].own_engine or engine_gpu(backend, gen.get("layout")):
         return []  # the policy generates itself, or its engine has a GPU of its own
     runs = {"grpo": params.get("grpo") or {}}
-    runs |= {f"grpo_runs.{n}": {**runs["grpo"], **(o or {})} for n, o in (params.get("grpo_runs") or {}).items()}
+    runs |= {f"grpo_runs.{n}": values for n, values in every_run(params, "grpo", "grpo_runs").items()}
     return [
         f"{name}.max_staleness 1 with generation.layout one_gpu: the colocated engine sleeps while the policy trains, "
         "so nothing overlaps and the rollouts are only staler; use layout two_gpu or max_staleness 0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from a5core.base.typed import ConfigError, Section, closest, from_dict, read_params
+from a5core.base.typed import ConfigError, Section, closest, from_dict, read_params, with_run
 from a5core.checks import inputs
 from a5core.config.sections import (
     RUN_NAME,
@@ -77,7 +77,7 @@ def _run_problems(params: dict, runs: str, base: str | None) -> list[str]:
         elif base is None:
             found += _problems(SFTRun, overrides or {}, name)
         else:
-            merged = _problems(_section_class(base), {**shared, **(overrides or {})}, name)
+            merged = _problems(_section_class(base), with_run(params, base, runs, run), name)
             found += [p for p in merged if p.split(":", 1)[1] not in inherited]
     return found
 

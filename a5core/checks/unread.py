@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from a5core.base.typed import from_dict
+from a5core.base.typed import from_dict, with_run
 from a5core.checks.forecast import locked_params
 from a5core.config.sections import GenerationConfig, SFTRun
 from a5core.model.distributed import DistributedConfig
@@ -157,17 +157,12 @@ def _sft_unread(params: dict[str, Any], run: str) -> dict[str, str]:
     return {field: why for field, rule in SFT_UNREAD.items() if (why := rule(cfg, spec))}
 
 
-def _with_run(params: dict[str, Any], section: str, runs: str, run: str) -> dict[str, Any]:
-    """`section`'s fields with run `run`'s entry of the `runs` table over them (grpo_runs, ei_runs)."""
-    return {**(params.get(section) or {}), **((params.get(runs) or {}).get(run) or {})}
-
-
 def _grpo_unread(params: dict[str, Any], run: str) -> dict[str, str]:
-    return unread_fields(from_dict(GRPOConfig, _with_run(params, "grpo", "grpo_runs", run)))
+    return unread_fields(from_dict(GRPOConfig, with_run(params, "grpo", "grpo_runs", run)))
 
 
 def _ei(params: dict[str, Any], run: str) -> EIConfig:
-    return from_dict(EIConfig, _with_run(params, "ei", "ei_runs", run))
+    return from_dict(EIConfig, with_run(params, "ei", "ei_runs", run))
 
 
 def _ei_unread(params: dict[str, Any], run: str) -> dict[str, str]:
@@ -210,7 +205,7 @@ def _show(value: Any) -> str:
 
 
 def _values(family: Family, params: dict[str, Any], run: str) -> dict[str, Any]:
-    return _with_run(params, family.section, family.runs, run) if family.overrides else params.get(family.section) or {}
+    return with_run(params, family.section, family.runs, run) if family.overrides else params.get(family.section) or {}
 
 
 def _unread_changes(

@@ -17,11 +17,16 @@ from a5core.base.typed import Bound, Fraction, NonNegative, NonNegativeFloat, Po
 
 # re-exported (`X as X`): a stage takes its section class and its loader from this one module
 from a5core.base.typed import ConfigError as ConfigError
+from a5core.base.typed import entry_of as entry_of
+from a5core.base.typed import every_run as every_run
 from a5core.base.typed import from_dict as from_dict
 from a5core.base.typed import load_run as load_run
 from a5core.base.typed import load_section as load_section
 from a5core.base.typed import load_yaml as load_yaml
 from a5core.base.typed import read_params as read_params
+from a5core.base.typed import run_of as run_of
+from a5core.base.typed import section_of as section_of
+from a5core.base.typed import with_run as with_run
 
 # ---- source strings: parsed strictly, so nothing reaches pip, the hub or the filesystem as an option ----
 

@@ -11,7 +11,7 @@ from a5core.model.microbatch import Cut
 
 
 def make_backend(
-    cfg: GenerationConfig, model_dir: str, policy, tokenizer, seed: int = 0, bf16: bool = False, cut: Cut = Cut()
+    cfg: GenerationConfig, model_dir: str, policy, tokenizer, *, seed: int, bf16: bool, cut: Cut
 ) -> Backend:
     """hf: generate with the policy object itself (float32 parameters: from a bf16 copy when `bf16`, the stage's
     resolved generation.dtype); vllm: an engine loaded from `model_dir` (its weight-sync probe computes the policy's

@@ -149,9 +149,7 @@ def _engine_seed(seed: int) -> int:
 class VLLMBackend:
     """The `Backend` on a vLLM engine (see the module docstring)."""
 
-    def __init__(
-        self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None, cut: Cut = Cut()
-    ):
+    def __init__(self, model_path: str, cfg: GenerationConfig, seed: int = 0, tokenizer=None, policy=None, *, cut: Cut):
         # in-process engine, whatever the caller's environment says: weights move by reference, and collective_rpc
         # calls this module's functions directly (a separate engine process would need them pickled)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -6,7 +6,8 @@ module holds it.
 - `autocast`: bf16 autocast for float32 weights and the hf backend's generation precision, as resolved on this
   machine (a5core/model/autocast.py).
 - `weight_update`: how AdamW writes into bf16 weights (a5core/model/optim.py).
-Library use without a record gets `Compute()`: the handout's split, float32, torch's AdamW.
+Every loop and step takes it as a required argument (tests/test_lint.py): a caller that forgot it would silently get
+`Compute()`, the reference path (the handout's split, float32, torch's AdamW), which a test or bench passes by name.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def graded_rollouts(
     cfg: EIConfig,
     pool,
     ckpt: Checkpointer | None = None,
-    compute: Compute = Compute(),
+    compute: Compute,
 ) -> tuple[list[GradedSample], list[float]]:
     """G graded samples for each of D_b questions from `policy`, with each response's mean token entropy (a forward
     with the stage's `compute.cut` where the backend did not record it).
@@ -225,7 +225,7 @@ def ei_round(
     scratch: str | None = None,
     fp: str = "",
     n_completions: int = 8,
-    compute: Compute = Compute(),
+    compute: Compute,
 ) -> RunResult:
     """One EI round; trains `policy` in place (see the module docstring) with the stage's `compute` settings.
     `scratch` (with fingerprint `fp` of everything the round depends on) keeps the graded rollouts and the SFT

@@ -306,7 +306,7 @@ def train_grpo(
     initial: dict | None = None,
     n_completions: int = 8,
     snapshot: Callable | None = None,
-    compute: Compute = Compute(),
+    compute: Compute,
 ) -> RunResult:
     """Run GRPO in place on `policy` with the stage's `compute` settings (micro-batches, autocast, weight update;
     a5core/model/compute.py). Returns the final full validation, and when the best validation was.

@@ -106,9 +106,7 @@ def _micro_batches(rollouts: RolloutBatch, idx: list[int], count: int, cut: micr
     return [[idx[j] for j in group] for group in microbatch.micro_batches(lengths, count, cut, prompts)]
 
 
-def old_log_probs_for(
-    policy, rollouts: RolloutBatch, micro: int, device, compute: Compute = Compute()
-) -> list[torch.Tensor]:
+def old_log_probs_for(policy, rollouts: RolloutBatch, micro: int, device, compute: Compute) -> list[torch.Tensor]:
     """Per-rollout log-probs under the rollout policy, computed once per rollout batch (no graph) with the stage's
     `compute` settings; on N ranks each computes its share of the micro-batches and every rank gets them all."""
     mine: list[tuple[int, torch.Tensor]] = []
@@ -189,7 +187,7 @@ def _micro_step(
 
 
 def optimizer_step(
-    policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device, compute: Compute = Compute()
+    policy, opt, cfg: GRPOConfig, idx: list[int], rollouts: RolloutBatch, device, compute: Compute
 ) -> dict:
     """One optimizer step over rollouts `idx`: micro-batched forward/backward with the stage's `compute` settings,
     clip, AdamW step.

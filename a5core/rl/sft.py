@@ -81,7 +81,7 @@ def encode_examples(tokenizer, rows: list[dict]) -> list[Example]:
     return out
 
 
-def micro_batches(examples: list[Example], size: int, cut: microbatch.Cut = microbatch.Cut()) -> list[list[int]]:
+def micro_batches(examples: list[Example], size: int, cut: microbatch.Cut) -> list[list[int]]:
     """Indices grouped into micro-batches of similar total length (sorted by length): `size` examples each, or as
     many as `cut.micro_batch_tokens` holds (a5core/model/microbatch.py)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
@@ -90,7 +90,7 @@ def micro_batches(examples: list[Example], size: int, cut: microbatch.Cut = micr
     return [[order[j] for j in group] for group in microbatch.micro_batches(lengths, size, cut, prompts)]
 
 
-def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute = Compute()) -> dict:
+def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute) -> dict:
     """Forward/backward over one optimizer step's examples with the stage's `compute` settings (gradients accumulate;
     no optimizer step)."""
     groups = micro_batches(batch, cfg.micro_batch_size, compute.cut)
@@ -127,7 +127,7 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, 
 
 
 def optimizer_step(
-    policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute = Compute()
+    policy, opt, sched, batch: list[Example], cfg: SFTConfig, pad_id: int, device, compute: Compute
 ) -> dict:
     """One optimizer step on `batch`: forward/backward -> clip -> AdamW -> schedule. Returns its log row."""
     t0 = time.monotonic()
@@ -169,7 +169,7 @@ def train_sft(
     ckpt: Checkpointer | None = None,
     n_completions: int = 8,
     snapshot: Callable | None = None,
-    compute: Compute = Compute(),
+    compute: Compute,
     clock: Clock | None = None,
 ) -> RunResult:
     """Train `policy` in place on rows {prompt, response}; returns the final full validation and the step count.

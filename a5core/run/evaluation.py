@@ -240,7 +240,8 @@ def evaluate_policy(
     pool: GraderPool,
     progress: bool = True,
     prompt: str | None = None,
-    cut: Cut = Cut(),
+    *,
+    cut: Cut,
 ) -> Evaluation:
     """Generate cfg.samples_per_example samples per row with the eval sampling settings, grade, summarize.
 
@@ -305,7 +306,7 @@ def validate_and_log(
 
 
 def response_entropies(
-    policy, tokenizer, samples: list[GradedSample], limit: int | None = None, cut: Cut = Cut()
+    policy, tokenizer, samples: list[GradedSample], limit: int | None = None, *, cut: Cut
 ) -> list[float | None]:
     """Mean next-token entropy over each sample's response tokens under `policy`, the policy that generated them.
 
@@ -320,9 +321,7 @@ def response_entropies(
     return out
 
 
-def forward_entropies(
-    policy, tokenizer, samples: list[GradedSample], batch_size: int = 16, cut: Cut = Cut()
-) -> list[float]:
+def forward_entropies(policy, tokenizer, samples: list[GradedSample], batch_size: int = 16, *, cut: Cut) -> list[float]:
     """Mean next-token entropy over each sample's response tokens, by a teacher-forced forward pass (its LM head
     `cut.logits_chunk` positions at a time)."""
     from a5core.model.logprobs import get_response_log_probs

@@ -34,6 +34,7 @@ from a5core.config.sections import (
     GenerationConfig,
     ModelConfig,
     ReplicatesConfig,
+    every_run,
     from_dict,
     load_section,
     read_params,
@@ -263,8 +264,7 @@ def rollout_tokens(params: dict) -> int:
 
 def grpo_runs(params: dict) -> list[dict]:
     """Every GRPO run's settings: the shared section with each `grpo_runs` entry's overrides."""
-    grpo = params["grpo"]
-    return [{**grpo, **(o or {})} for o in (params.get("grpo_runs") or {}).values()] or [grpo]
+    return list(every_run(params, "grpo", "grpo_runs").values()) or [params["grpo"]]
 
 
 def step_tokens(params: dict) -> int:

@@ -142,7 +142,7 @@ def args(*names: str, **extra) -> argparse.Namespace:
     """`--name PATH` for each name, plus typed extras; then the pre-flight (a5core/run/preflight.py) and the stage's
     input model folder; first, the outputs kept in scratch/ that DVC's cache now holds are deleted (`kept.prune`).
     The whole params file is checked by the check_params stage, which every stage is downstream of; a stage's own
-    sections are checked again as it loads them (`load_section`)."""
+    sections are checked again as it types them (`section_of`, the training stages' `StageParams`)."""
     quiet_known_noise()
     announce()  # one line on the whole pipeline, from a process of its own (below)
     parser = argparse.ArgumentParser()

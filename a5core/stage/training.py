@@ -31,7 +31,7 @@ from a5core.base.seeds import derive_seed
 from a5core.base.stats import paired_difference
 from a5core.base.typed import check_pinned_params
 from a5core.config.prompts import R1_ZERO_CHAT_TEMPLATE, STOPS
-from a5core.config.sections import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, load_section
+from a5core.config.sections import EvalConfig, GenerationConfig, LoggingConfig, ModelConfig, section_of
 from a5core.generation import make_backend
 from a5core.grader.pool import GraderPool
 from a5core.model import distributed, lora, microbatch
@@ -48,6 +48,30 @@ VALIDATION_FILE = "validation.json"
 # (2: sampling streams from a5core.base.seeds.derive_seed, namespaced metric names).
 PROTOCOL_VERSION = 2
 QUESTION_COLUMNS = ("unique_id", "problem", "answer")  # what a validation question is
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """The sections every training stage reads besides its method's, typed and checked once in its prologue (`of`,
+    on the params the stage read once) and passed down to `training_stage`: nothing below reads them again."""
+
+    path: str  # the params file they were read from (in error messages; the plans and the pre-flight read it whole)
+    model: ModelConfig
+    generation: GenerationConfig
+    validation: EvalConfig
+    logging: LoggingConfig
+    distributed: distributed.DistributedConfig
+
+    @classmethod
+    def of(cls, params: dict[str, Any], path: str) -> StageParams:
+        return cls(
+            path=path,
+            model=section_of(params, ModelConfig, "model", path),
+            generation=section_of(params, GenerationConfig, "generation", path),
+            validation=section_of(params, EvalConfig, "validation", path),
+            logging=section_of(params, LoggingConfig, "logging", path),
+            distributed=section_of(params, distributed.DistributedConfig, "distributed", path),
+        )
 
 
 @dataclass
@@ -81,28 +105,29 @@ class TrainingStart:
         }
 
 
-def training_start(args: argparse.Namespace, seed: int, strategy: str = "ddp") -> TrainingStart:
+def training_start(args: argparse.Namespace, params: StageParams, seed: int) -> TrainingStart:
     """Seed torch, check the memory and disk plans, resolve the `model` section into the stage's `Compute` record,
-    load the policy in `args.model` (in model.dtype; sharded under `strategy` fsdp2 on N ranks) and its backend, read
-    `args.validation`."""
-    generation = load_section(GenerationConfig, "generation", args.params)
-    model = load_section(ModelConfig, "model", args.params)
+    load the policy in `args.model` (in model.dtype; sharded under distributed.strategy fsdp2 on N ranks) and its
+    backend, read `args.validation`."""
+    generation, model = params.generation, params.model
     questions = entry.rows(args.validation, list(QUESTION_COLUMNS))  # a bad file stops the stage before any load
-    planned = check_plans(args.params, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
+    planned = check_plans(params.path, args.model, model.dtype)  # on CUDA: what micro_batch_tokens auto means
     device = distributed.device(entry.setup_torch(seed, share=distributed.local_share))
     compute = Compute.of(model, device, planned, generation=generation)  # passed to every loop, step and log-prob
     policy, tokenizer = load_policy(args.model, device, model.dtype)
     policy = lora.attach(policy, model.lora_rank, model.lora_alpha, model.lora_targets)
     microbatch.prepare(policy, compute.cut)
-    policy = distributed.shard(policy, strategy, streamed=generation.facts.takes_shards)  # fsdp2 on N ranks
+    policy = distributed.shard(policy, params.distributed.strategy, streamed=generation.facts.takes_shards)
     return TrainingStart(
-        validation=load_section(EvalConfig, "validation", args.params),
+        validation=params.validation,
         generation=generation,
-        logging=load_section(LoggingConfig, "logging", args.params),
+        logging=params.logging,
         policy=policy,
         tokenizer=tokenizer,
         backend=distributed.FullWeightsBackend(
-            make_backend(generation, args.model, policy, tokenizer, seed, compute.generation_bf16, compute.cut)
+            make_backend(
+                generation, args.model, policy, tokenizer, seed=seed, bf16=compute.generation_bf16, cut=compute.cut
+            )
         ),
         validation_rows=questions,
         compute=compute,
@@ -148,6 +173,7 @@ def training_stage(
     args: argparse.Namespace,
     name: str,
     *,
+    params: StageParams,
     seed: int,
     subset_size: int,
     initial_from: str,
@@ -160,13 +186,12 @@ def training_stage(
     validator (with `prompt`, default: the validation section's) and the validation of the policy in
     `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
     take_preemption_signals()  # SIGUSR1/SIGTERM from now on: a checkpoint at the next step boundary, then `Preempted`
-    ranks = load_section(distributed.DistributedConfig, "distributed", args.params)
-    distributed.setup(ranks)
-    validation = load_section(EvalConfig, "validation", args.params)
+    distributed.setup(params.distributed)
+    validation = params.validation
     train_reward, val_reward = train_reward or validation.reward_fn, val_reward or validation.reward_fn
     pool = grader_pool(validation, train_reward).start()
     vpool = pool if val_reward == train_reward else grader_pool(validation, val_reward).start()
-    start = training_start(args, seed, ranks.strategy)
+    start = training_start(args, params, seed)
     protocol = validation_protocol(start.validation, args.validation, start.compute.generation_bf16, prompt)
     history = RunHistory(
         args.live,
