@@ -1,7 +1,9 @@
 """Glue shared by the training stages (sft, ei_round, grpo).
 
-- `training_stage(...)`: the common prologue, as one context: grader pools, `training_start` (configs, plans, the
-  policy and its backend, validation rows), the run history, the validator and the starting policy's validation.
+- `StageParams`: the sections every training stage shares (model, generation, validation, logging, distributed),
+  typed once from the params the stage read once, and passed down.
+- `training_stage(...)`: the common prologue, as one context: grader pools, `training_start` (plans, the policy and
+  its backend, validation rows), the run history, the validator and the starting policy's validation.
 - `Validator`: a policy's validation, the whole set (the reported number) or a fixed seeded subset (mid-run curves).
 - `save_policy` writes a policy folder with its validation, so the next stage starts its curve (EI round 0, GRPO
   step 0) and its paired comparison without evaluating the same weights again; `write_results` the metrics files.
@@ -181,8 +183,9 @@ def training_stage(
     val_reward: str | None = None,
     prompt: str | None = None,
 ) -> Iterator[TrainingStage]:
-    """The training stages' prologue: start the grader pools (`train_reward`, `val_reward`, default: the validation
-    section's; one pool when equal) so their imports overlap the model load, `training_start`, the run history, the
+    """The training stages' prologue, on the stage's shared sections `params` (read once by the stage): start the
+    grader pools (`train_reward`, `val_reward`, default: the validation section's; one pool when equal) so their
+    imports overlap the model load, `training_start`, the run history, the
     validator (with `prompt`, default: the validation section's) and the validation of the policy in
     `initial_from` (saved with it under the same protocol, or measured now). The pools and history close on exit."""
     take_preemption_signals()  # SIGUSR1/SIGTERM from now on: a checkpoint at the next step boundary, then `Preempted`
