@@ -305,6 +305,11 @@ Root Cause (first observed failure):
             "last):\n  a5core.stage.entry.StageFailed: error: grpo: lr 0 (fix it)",
             "error: grpo: lr 0 (fix it)",
         ),
+        (  # the rank recorded its error, then its process group's teardown aborted it: the error is the cause
+            "  exitcode  : -6 (pid: 1) \n  error_file: /tmp/e/error.json\n  traceback : Traceback (most recent call "
+            "last):\n  a5core.stage.entry.StageFailed: error: grpo: lr 0 (fix it)",
+            "error: grpo: lr 0 (fix it)",
+        ),
         (  # a CUDA error: notes below the exception line; a frame's code line that looks like a field
             "  exitcode  : 1 (pid: 1) \n  error_file: /tmp/e/error.json\n  traceback : Traceback (most recent "
             'call last):\n    File "grpo.py", line 3, in step\n      rank: int = 3\n'

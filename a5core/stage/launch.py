@@ -193,20 +193,21 @@ FIELD = re.compile(r"\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)
 
 
 def failure_cause(exitcode: str, traceback: list[str]) -> str:
-    """What ended a failed rank, from torchrun's `exitcode` and `traceback` fields: the signal that killed it, else
-    its error (the last line of the traceback its error file recorded: a5core.stage.entry writes one), else its exit
-    code."""
+    """What ended a failed rank, from torchrun's `exitcode` and `traceback` fields: the error its error file recorded
+    (the last line of the traceback: a5core.stage.entry writes one), even when a signal then ended the process (a
+    process group's teardown can abort a rank that is exiting on its error), else the signal that killed it, else its
+    exit code."""
     found = re.match(r"\s*(-?\d+)", exitcode)
     code = int(found.group(1)) if found else None
+    error = exception_line(traceback)
+    if error and not error.startswith(("To enable traceback", "Signal ")):  # torchrun's texts when no file was written
+        error = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", error)  # `pkg.mod.ValueError: x` -> `ValueError: x`
+        return error.removeprefix("StageFailed: ")  # a5core.stage.entry's one line, as it is
     if code is not None and code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    error = exception_line(traceback)
-    if error and not error.startswith("To enable traceback"):  # torchrun's text when no error file was written
-        error = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", error)  # `pkg.mod.ValueError: x` -> `ValueError: x`
-        return error.removeprefix("StageFailed: ")  # a5core.stage.entry's one line, as it is
     return f"exit code {code}" if code is not None else "no exit code reported"
 
 
