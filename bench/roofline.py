@@ -266,9 +266,10 @@ def what_stands_between(res: dict) -> list[str]:
         )
     lines += [
         "",
-        "Not tried: a static KV cache (no `cat`) and a compiled decode step (`torch.compile`), which would remove most "
-        "of the time between operators; the live batch shrinks as sequences finish and the cache grows every step, "
-        "so a compiled step needs padded, fixed shapes.",
+        "Tried since: a static KV cache (no `cat`) and a compiled decode step (`torch.compile`, fixed shapes), which "
+        "remove the time between operators: no faster than the backend's own path on the same work, and the model's "
+        "products alone, with the weights streamed from memory as a decode step streams them, run well below their "
+        "rate timed in cache ([decode_paths.md](decode_paths.md), bench/decode_paths.py).",
         "",
         "The bf16 copy in the default DAG (faster stages, but GRPO trained on its rollouts lost its gain): "
         "[grpo_sweep.md](grpo_sweep.md#bf16-generation).",

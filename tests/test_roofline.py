@@ -49,3 +49,24 @@ def test_the_bench_reports_every_piece_of_work_against_its_limit(tmp_path):
             prof["wall_s"], rel=0.05
         )
     assert "## The work against its limit" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_the_decode_paths_bench_runs_every_path_on_the_same_work(tmp_path):
+    out = tmp_path / "decode_paths"
+    r = subprocess.run(
+        [sys.executable, "bench/decode_paths.py", "--tiny", "--reps", "1", "--tokens", "8", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    paths = res["paths"]
+    assert list(paths) == ["dynamic cache, eager", "static cache, eager", "static cache, compiled"]
+    assert (
+        paths["dynamic cache, eager"]["speed_vs_dynamic_eager"] == 1.0
+        and paths["static cache, compiled"]["first_call_s"] > 0
+    )
+    for p in paths.values():  # the same float32 computation on each path, to rounding: the same work was timed
+        assert p["max_abs_logit_diff"] < 1e-4 and p["tokens_per_s"] == pytest.approx(res["rows"] * 8 / p["seconds"])
+    assert res["products"]["gflops"] > 0 and res["products"]["in_cache_gflops"] > 0
+    assert "| static cache, compiled |" in out.with_suffix(".md").read_text()
