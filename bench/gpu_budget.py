@@ -238,7 +238,7 @@ def main() -> None:
         sys.exit("gpu_budget: no CUDA device; the CPU's equivalence tests are tests/test_microbatch.py")
     from transformers import AutoTokenizer
 
-    params = load_yaml((ROOT / "conf/profile/full.yaml").read_text())
+    params = load_yaml((ROOT / "tests/fixtures/profiles/full.yaml").read_text())
     gcfg = from_dict(grpo.GRPOConfig, params["grpo"], "grpo")
     dry = args.dry_run and not torch.cuda.is_available()
     card_gb = DRY_RUN_CARD_GB if dry else torch.cuda.get_device_properties(0).total_memory / GB

@@ -3,7 +3,8 @@
     python bench/gpu_check.py --tokenizer models/base [--out gpu_check.json] [--parts memory,sweep] [--gen-tokens 128]
 
 Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `grpo.old_log_probs_for`,
-`HFBackend.generate`) with the full profile's settings (conf/profile/full.yaml), one part after another:
+`HFBackend.generate`) with the full profile's settings (as composed: tests/fixtures/profiles/full.yaml), one part
+after another:
 - memory: peak GPU memory of one AdamW step at GRPO's worst-case micro-batch (2 x (300 + 1024) tokens) and SFT's
   (2 x (300 + 1500)), next to what `a5core.run.plan` predicts for the policy's device;
 - profile: a GRPO step over 8 rollouts under torch's profiler: the GPU's busy time (kernels only), the busiest
@@ -16,7 +17,7 @@ Runs the project's own functions (`grpo.optimizer_step`, `sft.optimizer_step`, `
 The JSON is rewritten after every part.
 Random weights: time and memory depend on shapes, not values. The tokenizer only turns r1_zero prompts into ids; the
 model keeps Qwen's 151,936-token vocabulary. Outside the sweep, each timing is one measurement after the earlier
-parts have warmed up. The settings are conf/profile/full.yaml's and the architecture is Qwen2.5-Math-1.5B's, not
+parts have warmed up. The settings are the full profile's and the architecture is Qwen2.5-Math-1.5B's, not
 your params.yaml's: for your own overrides, read the plan (`python -m a5core.run.plan`).
 """
 
@@ -308,7 +309,7 @@ def main() -> None:
         )
     from transformers import AutoTokenizer
 
-    profile = load_yaml((ROOT / "conf/profile/full.yaml").read_text())
+    profile = load_yaml((ROOT / "tests/fixtures/profiles/full.yaml").read_text())
     gcfg = from_dict(grpo.GRPOConfig, profile["grpo"], "grpo")
     scfg = from_dict(sft.SFTConfig, profile["sft"], "sft")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

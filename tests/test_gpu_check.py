@@ -84,7 +84,7 @@ def test_gpu_budget_measures_each_compute_setting_and_the_fsdp2_path_on_a_tiny_q
     whole weights equal to its shards and a whole state dict."""
     _, tokenizer = build_tiny_model()
     arch = _tiny_qwen2(len(tokenizer))
-    params = load_yaml((Path(__file__).parents[1] / "conf/profile/full.yaml").read_text())
+    params = load_yaml((Path(__file__).parents[1] / "tests/fixtures/profiles/full.yaml").read_text())
     small = {"rollout_batch_size": 8, "group_size": 4, "train_batch_size": 8, "gradient_accumulation_steps": 4}
     params["grpo"] = {**params["grpo"], **small, "max_tokens": 24}  # responses of 16-24 tokens: padded pairs
     params["grpo_runs"] = {}

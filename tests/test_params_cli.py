@@ -90,7 +90,7 @@ def test_a_typo_through_tools_profile_is_one_line_with_the_closest_key(tmp_path)
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == (
-        "error: unknown param 'grpo.learnig_rate': did you mean grpo.lr? (conf/profile/default.yaml lists every param)"
+        "error: unknown param 'grpo.learnig_rate': did you mean grpo.lr? (params.yaml lists every param)"
     )
     assert (ROOT / "params.yaml").read_bytes() == before  # refused: nothing written
     with pytest.raises(profile_tool.ProfileError, match=r"unknown key 'foo'"):
@@ -187,7 +187,7 @@ def test_dvc_exp_run_sets_any_key_and_a_typo_is_one_line(tiny_repo):
     lines = [line for line in r.stderr.splitlines() if line.startswith("ERROR")]
     assert lines == [
         "ERROR: unexpected error - unknown param 'grpo.learnig_rate': did you mean grpo.lr? "
-        "(conf/profile/default.yaml lists every param)"
+        "(params.yaml lists every param)"
     ]
 
 

@@ -73,7 +73,7 @@ def test_plan_reads_the_fetched_model_only_when_it_is_the_profiles(tmp_path):
 
 
 def test_disk_plan_counts_every_kept_model(tmp_path):
-    params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
+    params = yaml.safe_load((ROOT / "tests" / "fixtures" / "profiles" / "full.yaml").read_text())
     disk = plan.disk_plan(params, QWEN, "bfloat16")
     assert plan.ei_rounds() == 5  # counted from dvc.yaml's ei_round_<k> stages
     n = 1 + 6 + 5 * 5 + 11  # base, SFT runs, EI rounds x runs, GRPO runs

@@ -14,7 +14,7 @@ from a5core.run.preflight import Gpu, Machine
 from tests.support.profiles import composed
 
 ROOT = Path(__file__).resolve().parents[1]
-FULL = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
+FULL = yaml.safe_load((ROOT / "tests" / "fixtures" / "profiles" / "full.yaml").read_text())
 HOPPER = Gpu(79.2, (9, 0))  # an 80 GB card (79.2 GiB visible)
 H100 = Machine(True, 2, "2.14.0+cu130", "13.0", "580.95.05", (HOPPER, HOPPER))
 

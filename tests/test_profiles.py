@@ -1,8 +1,10 @@
-"""Profiles inherit through Hydra's defaults list (issue 43): smoke, cpu-study, cpu-leaderboard, cpu-rl-gains and quick
-from default, full-mini from full, each file only its differences from its base, block style. Every profile composes to
-the params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's composition and through tools.profile.
-Those files were written before the profiles inherited (each was a whole copy then), so the change left every
-params.yaml byte for byte as it was.
+"""Profiles inherit through Hydra's defaults list (issue 43): every field's default from its dataclass first
+(`a5_defaults`, hydra_plugins/a5_params.py; issue 60), default and full over it, smoke, cpu-study, cpu-leaderboard,
+cpu-rl-gains and quick over default, full-mini over full, each file only its differences from what it composes over,
+block style. Every profile composes to the params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's
+composition and through tools.profile. Those files were written before the profiles inherited (each was a whole copy
+then), so that change left every params.yaml byte for byte as it was; when the defaults moved to the dataclasses, every
+value stayed and the keys took their dataclass's order.
 
 A change to a profile's values changes its params.yaml, and a change to a base those of its derived profiles too; so
 it fails here until the fixtures are written again, on purpose, and their diff is reviewed with the change:
@@ -19,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from a5core.checks.params import RUN_SECTIONS
+from hydra_plugins.a5_params import every_default
 from tests.support.profiles import PROFILES, composed, composed_text
 from tools import profile as profile_tool
 
@@ -61,7 +65,7 @@ def test_bases_are_whole_and_the_derived_profiles_name_their_base():
         if profile in BASES:  # the base first, its runs cleared (Hydra would merge them with ours), then this file
             assert defaults == [BASES[profile], "reset/runs", "_self_"], profile
         else:
-            assert defaults is None, f"{profile} is a base: a whole params set"
+            assert defaults is None, f"{profile} is a base: over the dataclass defaults only"
 
 
 def _same_as_base(mine: dict, base: dict, whole: set[str], where: str = "") -> list[str]:
@@ -85,6 +89,21 @@ def test_a_derived_profile_holds_only_its_differences(profile):
     cleared = set(yaml.safe_load((PROFILE_DIR / "reset" / "runs.yaml").read_text()))
     assert cleared <= set(mine), f"{profile}: reset/runs clears {sorted(cleared - set(mine))}, so it must list them"
     assert _same_as_base(mine, composed(BASES[profile]), cleared) == []
+
+
+@pytest.mark.parametrize("profile", sorted(set(PROFILES) - set(BASES)))
+def test_a_base_profile_holds_only_its_differences_from_the_dataclass_defaults(profile):
+    """A default lives in its dataclass field only: a base profile that repeats one (or names a field no dataclass
+    has) fails here."""
+    mine = {k: v for k, v in own(profile).items() if k != "defaults"}
+    assert _same_as_base(mine, every_default(), set(RUN_SECTIONS)) == []
+
+
+def test_a_field_no_profile_lists_is_in_params_yaml_and_takes_an_override(tmp_path):
+    """`-S grpo.kl_coef=0.05` works though default.yaml does not list kl_coef: its dataclass default is composed."""
+    assert "kl_coef" not in own("default")["grpo"] and composed("default")["grpo"]["kl_coef"] == 0.0
+    profile_tool.compose("default", ["grpo.kl_coef=0.05"], tmp_path / "params.yaml")
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text())["grpo"]["kl_coef"] == 0.05
 
 
 @pytest.mark.parametrize("path", sorted(PROFILE_DIR.rglob("*.yaml")), ids=lambda p: p.name)

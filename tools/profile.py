@@ -8,8 +8,10 @@
 `dvc exp run` composes params.yaml from conf/ on every run (DVC's Hydra integration), starting from the profile
 selected in conf/config.yaml, plus its -S overrides (`dvc exp run -S profile=full` picks another for one experiment);
 so edits go in conf/profile/*.yaml or -S. `dvc repro` reads params.yaml as it is. The committed params.yaml is the
-composition of the committed conf/ (a test checks it). A derived profile (smoke, cpu-study and quick from default,
-full-mini from full) holds only its differences from its base: its Hydra defaults list composes the base first.
+composition of the committed conf/ (a test checks it). Every field's default lives in its dataclass only:
+conf/config.yaml composes them first (`a5_defaults`, hydra_plugins/a5_params.py), so default and full hold what differs
+from them, and a derived profile (smoke, cpu-study and quick from default, full-mini from full) only its differences
+from its base: its Hydra defaults list composes the base first.
 
 A composition is checked before it is written (every section's keys, types and ranges; one line per problem, with
 the closest known key for a typo), so a refused one leaves params.yaml as it was. A refused `dvc exp run` is

@@ -16,8 +16,9 @@ QWEN = plan.Arch.of(plan.KNOWN["hf:Qwen/Qwen2.5-Math-1.5B"])
 
 
 def full_params(folder: Path, **edits) -> Path:
-    """conf/profile/full.yaml (a whole params file: the base profile) with `section__field=value` edits."""
-    params = yaml.safe_load((ROOT / "conf" / "profile" / "full.yaml").read_text())
+    """The full profile as composed (tests/fixtures/profiles/full.yaml, a whole params file) with
+    `section__field=value` edits."""
+    params = yaml.safe_load((ROOT / "tests" / "fixtures" / "profiles" / "full.yaml").read_text())
     for key, value in edits.items():
         section, field = key.split("__")
         params[section][field] = value
