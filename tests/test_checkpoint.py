@@ -178,7 +178,7 @@ def last_row(path: Path) -> dict:
 
 def stage_names(work: Path) -> list[str]:
     from a5core.config.sections import read_params
-    from a5core.run.dag import dag_stages
+    from a5core.run.dvc_stages import dag_stages
 
     return [name for name, _, _ in dag_stages(read_params(work / "params.yaml"), work)]
 

@@ -120,7 +120,7 @@ def test_the_params_checker_sees_the_replicate_stages_dvc_makes():
     from pathlib import Path
 
     from a5core.config.sections import read_params
-    from a5core.run.dag import dag_outputs, dag_stages
+    from a5core.run.dvc_stages import dag_outputs, dag_stages
 
     root = Path(__file__).resolve().parents[1]
     params = read_params(root / "params.yaml")

@@ -24,7 +24,7 @@ from a5core.config.sections import (
     from_dict,
     reward_fn_problem,
 )
-from a5core.run.dag import dag_outputs, writer_of
+from a5core.run.dvc_stages import dag_outputs, writer_of
 
 CONTRACT_PAIRS = (("</think> <answer>4</answer>", "4"), ("</think> <answer>5</answer>", "4"))  # correct, wrong
 

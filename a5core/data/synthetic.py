@@ -43,7 +43,10 @@ class Trace:
 
 
 @dataclass(frozen=True)
-class Problem:
+class SyntheticProblem:
+    """A generated question with its worked solution (the truth) or the teacher's (maybe wrong) one; its row in
+    data/prepared/ is a5core.base.records.Problem."""
+
     subject: str
     level: int
     problem: str
@@ -101,7 +104,9 @@ def _fractions(rng, level, t: Trace):
 GENERATORS: dict[str, Callable] = dict(zip(SUBJECTS, (_sums, _products, _mixed, _linear, _fractions)))
 
 
-def make_problem(rng: random.Random, subject: str, level: int, error_rate: float) -> tuple[Problem, Problem]:
+def make_problem(
+    rng: random.Random, subject: str, level: int, error_rate: float
+) -> tuple[SyntheticProblem, SyntheticProblem]:
     """(correct, teacher) versions of one problem; the teacher's may contain a propagated slip."""
     side = random.Random(rng.getrandbits(64))  # slip decisions never disturb the problem's own draws
     state = rng.getstate()
@@ -116,8 +121,8 @@ def make_problem(rng: random.Random, subject: str, level: int, error_rate: float
     lines = tuple(teach.lines)
     teacher_answer = teach_value(teach)
     return (
-        Problem(subject, level, question, fmt(truth), tuple(truth_trace.lines), truth_trace.n),
-        Problem(subject, level, question, teacher_answer, lines, teach.n),
+        SyntheticProblem(subject, level, question, fmt(truth), tuple(truth_trace.lines), truth_trace.n),
+        SyntheticProblem(subject, level, question, teacher_answer, lines, teach.n),
     )
 
 
@@ -127,12 +132,12 @@ def teach_value(t: Trace) -> str:
     return last.rsplit("= ", 1)[-1].strip()
 
 
-def response_text(p: Problem) -> str:
+def response_text(p: SyntheticProblem) -> str:
     """r1_zero response (continues the prompt's `<think>`)."""
     return " " + " ".join(p.trace_lines) + f" </think> <answer>{p.answer}</answer>"
 
 
-def solution_text(p: Problem) -> str:
+def solution_text(p: SyntheticProblem) -> str:
     return " ".join(p.trace_lines) + f" The answer is $\\boxed{{{p.answer}}}$."
 
 
@@ -166,7 +171,7 @@ def normalize_problem(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _row(split: str, i: int, truth: Problem, teacher: Problem) -> dict:
+def _row(split: str, i: int, truth: SyntheticProblem, teacher: SyntheticProblem) -> dict:
     uid = f"synthetic/{split}/{truth.subject.lower().replace(' ', '_')}/{i:06d}"
     base = {
         "unique_id": uid,

@@ -6,5 +6,5 @@ May import base/, grader/, config/, data/, model/, generation/.
 - history.py: the rows a run logs and its console
 - stage_reports.py: the Markdown reports stages write (cases of an evaluation, SFT filtering, EI rounds)
 - plan.py: memory and disk plans, and the micro-batch budget `auto` resolves to on CUDA (`python -m a5core.run.plan`)
-- preflight.py: refuse a profile this machine cannot run; dag.py: which stage of dvc.yaml writes which output
+- preflight.py: refuse a profile this machine cannot run; dvc_stages.py: which stage of dvc.yaml writes which output
 """

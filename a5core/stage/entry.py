@@ -33,7 +33,7 @@ from a5core.base.records import read_rows
 from a5core.base.typed import ConfigError, check_pinned_params, pin_params
 from a5core.run import kept, preflight
 from a5core.run.checkpoint import REQUEUE, Preempted
-from a5core.run.dag import model_folder_problem
+from a5core.run.dvc_stages import model_folder_problem
 
 
 class _KnownNoise(logging.Filter):

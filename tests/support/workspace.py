@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from a5core.base.records import PROBLEM_SCHEMA, SFT_SCHEMA
 from a5core.config.sections import read_params
-from a5core.run.dag import dag_stages
+from a5core.run.dvc_stages import dag_stages
 from tests.support.repos import scratch_repo
 
 PROBLEM = {"unique_id": "a", "problem": "What is 1+1?", "answer": "2", "solution": "", "subject": "", "level": ""}
