@@ -5,46 +5,16 @@ Hydra plugins (DVC's `hydra.plugins_path`, the repository root by default); `too
 Hydra refuses such a key with a four-line struct error that names no alternative; this module checks every plain
 override (no `+`, `++` or `~`) before Hydra applies it and refuses an unknown key with
 `unknown param 'grpo.learnig_rate': did you mean grpo.lr? ...` instead (the suggestion: `a5core.base.typed.closest`).
-
-It also registers `a5_defaults` in Hydra's ConfigStore, the first entry of conf/config.yaml's defaults list: every
-section's field defaults, from its dataclass (a5core.checks.params.SECTIONS), and each `*_runs` section empty. A default
-lives in its dataclass field only; a profile holds what differs from it, and the composed params.yaml lists every param.
 Everything else is Hydra's own behaviour.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig
 
 from a5core.base.typed import closest
-from a5core.checks.params import RUN_SECTIONS, SECTIONS
-
-# The order of params.yaml's sections: each `*_runs` section after the section its runs override.
-ORDER = ("model", "data", "generation", "distributed", "logging", "eval", "validation", "sft", "sft_runs", "ei",
-         "ei_runs", "grpo", "grpo_runs", "replicates")  # fmt: skip
-if set(ORDER) != set(SECTIONS) | set(RUN_SECTIONS):
-    raise RuntimeError(f"hydra_plugins/a5_params.py: ORDER lists {sorted(ORDER)}, the params sections are "
-                       f"{sorted(set(SECTIONS) | set(RUN_SECTIONS))}")  # fmt: skip
-
-
-def _plain(value):
-    """A default as YAML holds it: tuples as lists."""
-    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def every_default() -> dict:
-    """Each section's dataclass defaults, each `*_runs` section empty, in params.yaml's order."""
-    found = {name: {f.name: _plain(getattr(cls(), f.name)) for f in dataclasses.fields(cls)} for name, cls in
-             SECTIONS.items()}  # fmt: skip
-    return {name: found.get(name, {}) for name in ORDER}
-
-
-ConfigStore.instance().store(name="a5_defaults", node=every_default())
 
 
 def missing_key(cfg: DictConfig, key: str) -> str | None:

@@ -1,5 +1,6 @@
 """Profiles inherit through Hydra's defaults list (issue 43): every field's default from its dataclass first
-(`a5_defaults`, hydra_plugins/a5_params.py; issue 60), default and full over it, smoke, cpu-study, cpu-leaderboard,
+(conf/dataclass_defaults.yaml, which `python -m tools.profile --defaults`
+writes from them; issue 60), default and full over it, smoke, cpu-study, cpu-leaderboard,
 cpu-rl-gains and quick over default, full-mini over full, each file only its differences from what it composes over,
 block style. Every profile composes to the params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's
 composition and through tools.profile. Those files were written before the profiles inherited (each was a whole copy
@@ -22,7 +23,6 @@ import pytest
 import yaml
 
 from a5core.checks.params import RUN_SECTIONS
-from hydra_plugins.a5_params import every_default
 from tests.support.profiles import PROFILES, composed, composed_text
 from tools import profile as profile_tool
 
@@ -96,7 +96,14 @@ def test_a_base_profile_holds_only_its_differences_from_the_dataclass_defaults(p
     """A default lives in its dataclass field only: a base profile that repeats one (or names a field no dataclass
     has) fails here."""
     mine = {k: v for k, v in own(profile).items() if k != "defaults"}
-    assert _same_as_base(mine, every_default(), set(RUN_SECTIONS)) == []
+    assert _same_as_base(mine, profile_tool.dataclass_defaults(), set(RUN_SECTIONS)) == []
+
+
+def test_the_composed_defaults_are_the_dataclasses():
+    """conf/dataclass_defaults.yaml, the first layer of every composition, is what the dataclasses say now: a default
+    edited in a dataclass fails here until `python -m tools.profile --defaults` writes the file again."""
+    assert profile_tool.DEFAULTS.read_text() == profile_tool.dataclass_defaults_text()
+    assert yaml.safe_load(profile_tool.DEFAULTS.read_text())["grpo"]["kl_coef"] == 0.0  # read as YAML, as Hydra does
 
 
 def test_a_field_no_profile_lists_is_in_params_yaml_and_takes_an_override(tmp_path):
