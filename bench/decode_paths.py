@@ -190,8 +190,8 @@ def _reading(compiled_speed: float) -> str:
         return (
             "Compiling the decode step (no Python between operators, fused elementwise work, no cache `cat`) made it "
             f"{compiled_speed:.2f}x the backend's speed: what separates the backend from the products-alone rate is "
-            "not the framework between operators. A faster path needs faster products (bf16 weights, larger batches), "
-            "not a compiled step."
+            "not the framework between operators. A faster path needs faster products (bf16 weights, for one), not a "
+            "compiled step."
         )
     return (
         f"Compiling the decode step made it {compiled_speed:.2f}x faster than the backend's path: the framework "

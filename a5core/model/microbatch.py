@@ -24,6 +24,7 @@ path (`Cut()`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -125,3 +126,10 @@ def share(step_units: float, micro_units: float) -> float:
     """The divisor that turns a micro-batch's mean loss over its `micro_units` (sequences or tokens) into its part of
     the optimizer step's mean over `step_units`: the handout's `gradient_accumulation_steps` when the split is even."""
     return step_units / micro_units
+
+
+def divisor(step_units: float, micro_units: float, weight: float) -> float:
+    """What a micro-batch's mean loss is divided by (the handout's `gradient_accumulation_steps` argument): its `share`
+    over this rank's `weight` for it; infinite for a weight of 0, a fsdp2 rank's repeat whose loss counts nothing and
+    whose backward only keeps the collectives in step."""
+    return share(step_units, micro_units) / weight if weight else math.inf

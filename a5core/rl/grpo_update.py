@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
@@ -162,7 +161,7 @@ def _micro_step(
     loss, meta = grpo_microbatch_train_step(
         out["log_probs"],
         mask,
-        microbatch.share(step_units, normalizer_units(cfg.length_normalization, mask)) / weight if weight else math.inf,
+        microbatch.divisor(step_units, normalizer_units(cfg.length_normalization, mask), weight),
         cfg.loss_type,
         raw_rewards=rollouts.raw_rewards[mi].unsqueeze(-1).to(device),  # (b, 1)
         advantages=_advantage_rows(rollouts, mi, width, device),  # (b, 1), or (b, T) token-level

@@ -107,12 +107,9 @@ def sft_step(policy, batch: list[Example], cfg: SFTConfig, pad_id: int, device, 
         if cfg.loss_normalization == "token_mean":  # the step's summed log-likelihood / its response tokens
             # why n_tokens / len(idx): the handout's step returns the micro-batch's mean over its len(idx) rows of
             # (row sum / constant), i.e. sum / (constant * len(idx)) = sum / n_tokens, the step's token mean
-            k, constant = (1 / weight if weight else math.inf), n_tokens / len(idx)
+            k, constant = microbatch.divisor(1, 1, weight), n_tokens / len(idx)
         else:  # mean over the step's examples of their sum / normalize_constant
-            k, constant = (
-                (microbatch.share(len(batch), len(idx)) / weight if weight else math.inf),
-                cfg.normalize_constant,
-            )
+            k, constant = microbatch.divisor(len(batch), len(idx), weight), cfg.normalize_constant
         loss, _ = sft_microbatch_train_step(out["log_probs"], mask, k, constant)
         stats["loss"] += float(loss)
         if not weight:  # a fsdp2 rank's repeat: its forward and backward only keep the collectives in step
