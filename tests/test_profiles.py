@@ -1,11 +1,10 @@
 """Profiles inherit through Hydra's defaults list (issue 43): every field's default from its dataclass first
-(conf/dataclass_defaults.yaml, which `python -m tools.profile --defaults`
-writes from them; issue 60), default and full over it, smoke, cpu-study, cpu-leaderboard,
-cpu-rl-gains and quick over default, full-mini over full, each file only its differences from what it composes over,
-block style. Every profile composes to the params.yaml recorded in tests/fixtures/profiles/<profile>.yaml, through DVC's
-composition and through tools.profile. Those files were written before the profiles inherited (each was a whole copy
-then), so that change left every params.yaml byte for byte as it was; when the defaults moved to the dataclasses, every
-value stayed and the keys took their dataclass's order.
+(conf/dataclass_defaults.yaml, which `python -m tools.profile --defaults` writes from them; issue 60), default and
+full over it, smoke, cpu-study, cpu-leaderboard, cpu-rl-gains and quick over default, full-mini over full, each file
+only its differences from what it composes over, block style. Every profile composes to the params.yaml recorded in
+tests/fixtures/profiles/<profile>.yaml, through DVC's composition and through tools.profile. Those files were written
+before the profiles inherited (each was a whole copy then), so that change left every params.yaml byte for byte as it
+was; when the defaults moved to the dataclasses, every value stayed and the keys took their dataclass's order.
 
 A change to a profile's values changes its params.yaml, and a change to a base those of its derived profiles too; so
 it fails here until the fixtures are written again, on purpose, and their diff is reviewed with the change:
