@@ -24,8 +24,7 @@ Each path's greedy tokens are compared with path 1's, and its last logits (max a
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -38,16 +37,8 @@ from a5core.data.synthetic import generate as synthetic
 from a5core.model.loading import build_tiny_model, load_policy
 from a5core.stage.entry import quiet_known_noise
 
-
-def median_s(fn, reps: int) -> tuple[float, object]:
-    """Median seconds of `fn()` over `reps` runs after one warm-up, and its last result."""
-    out = fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for bench.roofline
+from bench.roofline import median_s, write_results  # noqa: E402
 
 
 @torch.inference_mode()
@@ -69,8 +60,8 @@ def dynamic_eager(model, ids: torch.Tensor, tokens: int):
 class StaticDecode:
     """Paths 2 and 3: a preallocated cache for prompt + `tokens`; `step` eager or compiled."""
 
-    def __init__(self, model, rows: int, length: int, compiled: bool):
-        self.model, self.rows, self.length = model, rows, length
+    def __init__(self, model, length: int, compiled: bool):
+        self.model, self.length = model, length
         self.cache = StaticCache(config=model.config, max_cache_len=length)
         self.step = torch.compile(self._step, dynamic=False) if compiled else self._step
 
@@ -123,32 +114,27 @@ def products_alone(model, rows: int, reps: int) -> dict:
 def measure(model, ids: torch.Tensor, tokens: int, reps: int) -> dict:
     """Every path on the same work: tokens/s, ratio to path 1, agreement with path 1."""
     rows, length = ids.shape[0], ids.shape[1] + tokens
-    ref_s, (ref_tokens, ref_logits) = median_s(lambda: dynamic_eager(model, ids, tokens), reps)
-    paths = {"dynamic cache, eager": (ref_s, ref_tokens, ref_logits, None)}
-    paths["static cache, eager"] = (*_timed_static(model, ids, tokens, length, False, reps), None)
-    compiled = StaticDecode(model, rows, length, compiled=True)
+    eager, compiled = StaticDecode(model, length, compiled=False), StaticDecode(model, length, compiled=True)
+    paths = {
+        "dynamic cache, eager": median_s(lambda: dynamic_eager(model, ids, tokens), reps),
+        "static cache, eager": median_s(lambda: eager(ids, tokens), reps),
+    }
     t = time.perf_counter()
-    compiled(ids, tokens)
-    first = time.perf_counter() - t
-    paths["static cache, compiled"] = (*median_s(lambda: compiled(ids, tokens), reps)[:1],
-                                       *compiled(ids, tokens), first)  # fmt: skip
+    compiled(ids, tokens)  # its compilation, timed apart
+    first = {"static cache, compiled": time.perf_counter() - t}
+    paths["static cache, compiled"] = median_s(lambda: compiled(ids, tokens), reps)
+    ref_s, (ref_tokens, ref_logits) = paths["dynamic cache, eager"]
     out = {}
-    for name, (seconds, toks, logits, compile_s) in paths.items():
+    for name, (seconds, (toks, logits)) in paths.items():
         out[name] = {
             "seconds": seconds,
             "tokens_per_s": rows * tokens / seconds,
             "speed_vs_dynamic_eager": ref_s / seconds,
             "same_tokens": bool(torch.equal(toks, ref_tokens)),
             "max_abs_logit_diff": (logits - ref_logits).abs().max().item(),
-            **({"first_call_s": compile_s} if compile_s is not None else {}),
+            **({"first_call_s": first[name]} if name in first else {}),
         }
     return out
-
-
-def _timed_static(model, ids, tokens, length, compiled, reps):
-    decode = StaticDecode(model, ids.shape[0], length, compiled)
-    seconds, (toks, logits) = median_s(lambda: decode(ids, tokens), reps)
-    return seconds, toks, logits
 
 
 def report(res: dict) -> str:
@@ -228,10 +214,7 @@ def main() -> None:
         "products": products_alone(model, a.rows, a.reps),  # first, before any decode path has run
         "paths": measure(model, ids, a.tokens, a.reps),
     }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{a.out}.json").write_text(json.dumps(res, indent=1) + "\n")
-    Path(f"{a.out}.md").write_text(report(res))
-    print(report(res))
+    write_results(a.out, res, report)
 
 
 if __name__ == "__main__":

@@ -50,13 +50,26 @@ DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 
 def timed(fn, reps: int = 5) -> float:
     """Median seconds of `fn()` over `reps` runs after one warm-up."""
-    fn()
+    return median_s(fn, reps)[0]
+
+
+def median_s(fn, reps: int) -> tuple[float, object]:
+    """Median seconds of `fn()` over `reps` runs after one warm-up, and its last result."""
+    out = fn()
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        fn()
+        out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times), out
+
+
+def write_results(out: str, res: dict, render) -> None:
+    """<out>.json and <out>.md (`render(res)`, also printed)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(res, indent=1) + "\n")
+    Path(f"{out}.md").write_text(render(res))
+    print(render(res))
 
 
 def mm_seconds(m: int, k: int, n: int, dtype: torch.dtype) -> float:
@@ -387,10 +400,7 @@ def main() -> None:
         "logprob_gap": gaps,
         "profile": profile,
     }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{a.out}.json").write_text(json.dumps(res, indent=1) + "\n")
-    Path(f"{a.out}.md").write_text(report(res))
-    print(report(res))
+    write_results(a.out, res, report)
 
 
 if __name__ == "__main__":
