@@ -22,6 +22,7 @@ from tests.support.repos import ok, ran_stages, repo_env, scratch_repo, tree_dig
 from tests.support.resume import kill_repo, sft_cmd, stage_runs, straight_killed_resumed, weights_close
 
 GRID = ("no_baseline", "reinforce_baseline")  # one GRPO run per machine
+pytestmark = pytest.mark.dag  # each test also `slow`
 UPSTREAM = {"check_params", "fetch_model", "prepare_math", "baseline_eval", "filter_sft_data", "sft@filtered"}
 
 

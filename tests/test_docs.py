@@ -181,3 +181,11 @@ def test_the_reports_index_dates_are_the_files_last_changes():
     assert len(report_dates.rows(text)) > 30
     found = report_dates.stale(text)
     assert not found, f"run `python -m tools.report_dates --write`: {found}"
+
+
+def test_ci_runs_the_readmes_test_command():
+    """`.ci/run` installs from scratch, then runs the test command the README gives (the guide's contract)."""
+    line = next(x for x in (ROOT / "README.md").read_text().splitlines() if x.rstrip().endswith("(what CI runs)"))
+    command = line.split("#")[0].strip()
+    assert command.startswith("bash scripts/bootstrap.sh && ") and " -n 2" in command, command
+    assert command in (ROOT / ".ci" / "run").read_text(), command

@@ -12,7 +12,7 @@ import pytest
 from tests.support.repos import ok, ran_stages, scratch_repo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
-pytestmark = [pytest.mark.slow, pytest.mark.vllm_engine]
+pytestmark = [pytest.mark.slow, pytest.mark.dag, pytest.mark.vllm_engine]
 
 
 def test_full_mini_dag_runs_the_full_code_path_on_the_real_engine(tmp_path):

@@ -61,6 +61,7 @@ def pipeline_lines_in_their_own_stages(stdout: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.dag
 def test_whole_dag_on_smoke_profile(tmp_path):
     work, run = scratch_repo(tmp_path, "smoke")
     r = run("dvc", "repro", "ei_round_2@G2")
