@@ -231,6 +231,7 @@ def test_restore_takes_each_stages_own_params_after_a_stopped_run(tmp_path):
     assert profile_tool.locked_params(path)["grpo"]["lr"] == params["grpo"]["lr"] != 3e-6
     profile_tool.restore(path, tmp_path / "params.yaml")
     assert read_params(tmp_path / "params.yaml")["grpo"] == params["grpo"]
+    assert list(read_params(tmp_path / "params.yaml")) == list(params)  # no params.yaml to follow: composition order
     lock["stages"]["grpo@b"] = {"params": {"params.yaml": {"grpo": new["grpo"]}}}
     path.write_text(yaml.safe_dump(lock))
     with pytest.raises(profile_tool.ProfileError, match=r"two values of grpo.lr: grpo@a with 1e-05, grpo@b with 3e-06"):

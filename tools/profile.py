@@ -157,11 +157,10 @@ def _leaves(key: str, value):
 
 
 def restore(lock: str | Path, out: str | Path) -> dict:
-    """Write dvc.lock's params to `out`, sections in the order of the current params.yaml (else the profile's)."""
+    """Write dvc.lock's params to `out`, sections in the order of the current params.yaml (else a composition's)."""
     from omegaconf import OmegaConf
 
     from a5core.base.typed import read_params
-    from a5core.checks.params import RUN_SECTIONS, SECTIONS
 
     params = locked_params(lock)
     _checked(params, f"{lock}'s params")
@@ -169,7 +168,7 @@ def restore(lock: str | Path, out: str | Path) -> dict:
         order = list(read_params(out))
     except Exception:  # a params.yaml that cannot be read is what --restore repairs
         order = []
-    order += [k for k in [*SECTIONS, *RUN_SECTIONS] if k not in order]
+    order += [k for k in ORDER if k not in order]  # the composition's order
     ordered = {k: params[k] for k in sorted(params, key=lambda k: order.index(k) if k in order else len(order))}
     Path(out).write_text(RESTORED + OmegaConf.to_yaml(OmegaConf.create(ordered)))
     return ordered
