@@ -70,3 +70,22 @@ def test_the_decode_paths_bench_runs_every_path_on_the_same_work(tmp_path):
         assert p["max_abs_logit_diff"] < 1e-4 and p["tokens_per_s"] == pytest.approx(res["rows"] * 8 / p["seconds"])
     assert res["products"]["gflops"] > 0 and res["products"]["in_cache_gflops"] > 0
     assert "| static cache, compiled |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_the_bf16_head_bench_measures_a_float32_head_on_the_bf16_copy(tmp_path):
+    """bench/bf16_head.py: three generators on the same work; the float32 generator matches the float32 model, and the
+    float32 head really changes the copy's numerics (without it the two bf16 rows would give the same log-probs)."""
+    out = tmp_path / "bf16_head"
+    r = subprocess.run(
+        [sys.executable, "bench/bf16_head.py", "--tiny", "--reps", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    for rows in res["work"].values():
+        assert list(rows) == ["float32", "bf16 copy", "bf16 copy, float32 head"]
+        f32, copy, head = rows.values()
+        assert f32["speed_vs_float32"] == 1.0 and f32["max_abs"] < 1e-5 < copy["mean_abs"]
+        assert head["mean_abs"] != copy["mean_abs"] and head["mean_abs"] > 1e-5  # its own numerics, still bf16
+    assert "| GRPO rollouts (4 x 4) | bf16 copy, float32 head |" in out.with_suffix(".md").read_text()
