@@ -27,16 +27,13 @@ from pathlib import Path
 
 import torch
 
-from a5core.base.run_record import cpu_model
 from a5core.config.prompts import build_prompt
 from a5core.config.sections import SamplingConfig
 from a5core.data.synthetic import generate as synthetic
 from a5core.generation import HFBackend
-from a5core.model.loading import build_tiny_model, load_policy
-from a5core.stage.entry import quiet_known_noise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for bench.roofline
-from bench.roofline import logprob_gap, median_s, write_results  # noqa: E402
+from bench.roofline import bench_model, logprob_gap, median_s, write_results  # noqa: E402
 
 GENERATORS = ("float32", "bf16 copy", "bf16 copy, float32 head")
 WORK = {"GRPO rollouts (4 x 4)": (4, 4), "validation batch (32 x 2)": (32, 2)}
@@ -113,21 +110,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a tiny random model instead of --model (checks the bench)")
     a = ap.parse_args()
-    quiet_known_noise()
-    torch.manual_seed(0)
-    model, tok = build_tiny_model(seed=0) if a.tiny else load_policy(a.model)
-    model.eval()
+    model, tok, header = bench_model(a, "bf16_head.py")
     prompts = [build_prompt(r["problem"]) for r in synthetic(10, 64, 10, 0.3, seed=123)["validation"]]
-    res = {
-        "command": f"python bench/bf16_head.py {'--tiny' if a.tiny else f'--model {a.model}'} --out {a.out}",
-        "cpu": cpu_model(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "model": "a tiny random model" if a.tiny else a.model,
-        "params": sum(p.numel() for p in model.parameters()),
-        "reps": a.reps,
-        "work": measure(model, tok, prompts, a.reps),
-    }
+    res = {**header, "reps": a.reps, "work": measure(model, tok, prompts, a.reps)}
     write_results(a.out, res, report)
 
 

@@ -31,14 +31,11 @@ from pathlib import Path
 import torch
 from transformers import StaticCache
 
-from a5core.base.run_record import cpu_model
 from a5core.config.prompts import build_prompt
 from a5core.data.synthetic import generate as synthetic
-from a5core.model.loading import build_tiny_model, load_policy
-from a5core.stage.entry import quiet_known_noise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for bench.roofline
-from bench.roofline import median_s, write_results  # noqa: E402
+from bench.roofline import bench_model, median_s, write_results  # noqa: E402
 
 
 @torch.inference_mode()
@@ -194,19 +191,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a tiny random model instead of --model (checks the bench)")
     a = ap.parse_args()
-    quiet_known_noise()
-    torch.manual_seed(0)
-    model, tok = build_tiny_model(seed=0) if a.tiny else load_policy(a.model)
-    model.eval()
+    model, tok, header = bench_model(a, "decode_paths.py")
     prompt = build_prompt(synthetic(10, 64, 10, 0.3, seed=123)["validation"][0]["problem"])
     ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]] * a.rows)  # (rows, P)
     res = {
-        "command": f"python bench/decode_paths.py {'--tiny' if a.tiny else f'--model {a.model}'} --out {a.out}",
-        "cpu": cpu_model(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "model": "a tiny random model" if a.tiny else a.model,
-        "params": sum(p.numel() for p in model.parameters()),
+        **header,
         "rows": a.rows,
         "tokens": a.tokens,
         "prompt_tokens": ids.shape[1],

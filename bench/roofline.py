@@ -72,6 +72,24 @@ def write_results(out: str, res: dict, render) -> None:
     print(render(res))
 
 
+def bench_model(a: argparse.Namespace, script: str) -> tuple[torch.nn.Module, object, dict]:
+    """(model, tokenizer, header) of a bench over the policy: `--tiny`, a tiny random model, else `--model` (float32),
+    seeded and in eval mode; the header every such report opens with (its command, the machine, torch, the model)."""
+    quiet_known_noise()
+    torch.manual_seed(0)
+    model, tok = build_tiny_model(seed=0) if a.tiny else load_policy(a.model)
+    model.eval()
+    header = {
+        "command": f"python bench/{script} {'--tiny' if a.tiny else f'--model {a.model}'} --out {a.out}",
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "model": "a tiny random model" if a.tiny else a.model,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
+    return model, tok, header
+
+
 def mm_seconds(m: int, k: int, n: int, dtype: torch.dtype) -> float:
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     reps = max(3, min(50, int(2e8 / (2 * m * k * n))))

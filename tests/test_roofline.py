@@ -12,6 +12,16 @@ from bench.roofline import op_class
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_bench(script: str, out: Path, *args: str) -> dict:
+    """`python bench/<script> --tiny <args> --out <out>` as committed; its <out>.json."""
+    r = subprocess.run(
+        [sys.executable, f"bench/{script}", "--tiny", *args, "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(out.with_suffix(".json").read_text())
+
+
 def test_operators_fall_in_their_classes():
     assert op_class("aten::mm") == "matmuls" and op_class("aten::addmm") == "matmuls"
     assert op_class("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
@@ -24,12 +34,7 @@ def test_operators_fall_in_their_classes():
 @pytest.mark.slow
 def test_the_bench_reports_every_piece_of_work_against_its_limit(tmp_path):
     out = tmp_path / "roofline"
-    r = subprocess.run(
-        [sys.executable, "bench/roofline.py", "--tiny", "--square", "128", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.with_suffix(".json").read_text())
+    res = run_bench("roofline.py", out, "--square", "128")
     names = [(w["name"].split(":")[0], w["precision"]) for w in res["work"]]
     assert names == [("generate", p) for _ in range(2) for p in ("float32", "bf16 autocast", "bf16 weights")] + [
         ("train", "float32"), ("train", "bf16 autocast"),
@@ -54,12 +59,7 @@ def test_the_bench_reports_every_piece_of_work_against_its_limit(tmp_path):
 @pytest.mark.slow
 def test_the_decode_paths_bench_runs_every_path_on_the_same_work(tmp_path):
     out = tmp_path / "decode_paths"
-    r = subprocess.run(
-        [sys.executable, "bench/decode_paths.py", "--tiny", "--reps", "1", "--tokens", "8", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.with_suffix(".json").read_text())
+    res = run_bench("decode_paths.py", out, "--reps", "1", "--tokens", "8")
     paths = res["paths"]
     assert list(paths) == ["dynamic cache, eager", "static cache, eager", "static cache, compiled"]
     assert (
@@ -77,12 +77,7 @@ def test_the_bf16_head_bench_measures_a_float32_head_on_the_bf16_copy(tmp_path):
     """bench/bf16_head.py: three generators on the same work; the float32 generator matches the float32 model, and the
     float32 head really changes the copy's numerics (without it the two bf16 rows would give the same log-probs)."""
     out = tmp_path / "bf16_head"
-    r = subprocess.run(
-        [sys.executable, "bench/bf16_head.py", "--tiny", "--reps", "1", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.with_suffix(".json").read_text())
+    res = run_bench("bf16_head.py", out, "--reps", "1")
     for rows in res["work"].values():
         assert list(rows) == ["float32", "bf16 copy", "bf16 copy, float32 head"]
         f32, copy, head = rows.values()
