@@ -33,7 +33,7 @@ from a5core.data.synthetic import generate as synthetic
 from a5core.generation import HFBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for bench.roofline
-from bench.roofline import bench_model, logprob_gap, median_s, write_results  # noqa: E402
+from bench.roofline import bench_model, logprob_gap, median_s, sampled_tokens, write_results  # noqa: E402
 
 GENERATORS = ("float32", "bf16 copy", "bf16 copy, float32 head")
 WORK = {"GRPO rollouts (4 x 4)": (4, 4), "validation batch (32 x 2)": (32, 2)}
@@ -62,10 +62,8 @@ def measure(model, tok, prompts: list[str], reps: int) -> dict:
             backend = generator(model, tok, name, questions * n)
             seconds, done = median_s(lambda b=backend, a=asked, s=sampling: b.generate(a, s, progress=False), reps)
             tokens = sum(len(c.token_ids) for cs in done for c in cs)
-            sampled = {"completions": [(p, c.token_ids) for p, cs in zip(asked, done) for c in cs],
-                       "logprobs": [lp for cs in done for c in cs for lp in c.token_logprobs]}  # fmt: skip
             out[work][name] = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
-                               **logprob_gap(model, tok, sampled)}  # fmt: skip
+                               **logprob_gap(model, tok, sampled_tokens(asked, done))}  # fmt: skip
             print(work, name, {k: round(v, 4) for k, v in out[work][name].items()}, flush=True)
         for r in out[work].values():
             r["speed_vs_float32"] = r["tokens_per_s"] / out[work]["float32"]["tokens_per_s"]

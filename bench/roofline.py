@@ -152,9 +152,15 @@ def generation(model, tok, prompts: list[str], n: int, precision: str) -> dict:
         "tokens_per_s": sum(lengths) / seconds,
         "decode_steps": steps,
         "occupancy": sum(lengths) / (steps * len(lengths)),
-        "completions": [(p, c.token_ids) for p, cs in zip(prompts, out) for c in cs],
-        "logprobs": [lp for cs in out for c in cs for lp in c.token_logprobs],
+        **sampled_tokens(prompts, out),
     }
+
+
+def sampled_tokens(prompts: list[str], out: list) -> dict:
+    """{"completions": [(prompt, token ids)], "logprobs": [each sampled token's log-prob]} of a backend's output, as
+    `logprob_gap` reads them."""
+    return {"completions": [(p, c.token_ids) for p, cs in zip(prompts, out) for c in cs],
+            "logprobs": [lp for cs in out for c in cs for lp in c.token_logprobs]}  # fmt: skip
 
 
 def logprob_gap(model, tok, g: dict) -> dict:
