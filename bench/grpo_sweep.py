@@ -46,7 +46,7 @@ SHAPES = {
 # name -> fields of other sections it changes: bf16 autocast in the update (roofline.md: 1.41x a training micro-batch
 # here), float32 generation (autocast slowed the hf backend's decoding: it recast the weights at every step)
 # steps30_bf16_tis2: bf16 throughout, rollouts from the bf16 copy, each token weighted by its truncated ratio to the
-# float32-trained policy (tis_cap: Yao et al., 2025), the correction for the gap that cost GRPO its gain without it
+# trainer's policy (tis_cap: Yao et al., 2025), the correction for the gap that cost GRPO its gain without it
 OTHER_SECTIONS = {
     "steps30_bf16_update": {"model": {"autocast": "bf16"}, "generation": {"dtype": "float32"}},
     "steps30_bf16_tis2": {"model": {"autocast": "bf16"}, "generation": {"dtype": "bfloat16"}},

@@ -3,7 +3,7 @@ backend's generation precision (`generation.dtype`), resolved beside it.
 
 - `auto`: on CUDA, and on CPUs with native bf16 matmul (`amx_bf16` or `avx512_bf16` in /proc/cpuinfo); off
   elsewhere (AVX2-only CPUs emulate bf16 GEMMs, slower than float32). The default profile's: on an AVX512-BF16 CPU
-  the GRPO update ran 1.6x faster and the run still learned (reports/grpo_sweep.md).
+  the GRPO update ran 1.2-1.6x faster and the run still learned (reports/grpo_sweep.md).
 - `off`: float32 training and log-probs (the smoke, quick and CPU-study profiles, whose reports were made so).
   Every mode is bit-identical on reruns on one machine kind.
 - `bf16`: always on, also where it is slow: how CI exercises on an AVX2 machine what AMX/AVX512-BF16 machines run.
