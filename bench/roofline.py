@@ -347,12 +347,9 @@ def main() -> None:
     if a.render:
         Path(f"{a.out}.md").write_text(report(json.loads(Path(f"{a.out}.json").read_text())))
         return
-    quiet_known_noise()
-    torch.manual_seed(0)
-    model, tok = build_tiny_model(seed=0) if a.tiny else load_policy(a.model)
+    model, tok, header = bench_model(a, "roofline.py")
     cfg = model.config
-    params = sum(p.numel() for p in model.parameters())
-    weights = params * 4  # float32 bytes
+    weights = header["params"] * 4  # float32 bytes
     rows = synthetic(10, 64, 10, 0.3, seed=123)["validation"]
     prompts = [build_prompt(r["problem"]) for r in rows]
     precisions = {"float32": False, "bf16 autocast": True}
@@ -411,12 +408,8 @@ def main() -> None:
         ),
     }
     res = {
-        "command": f"python bench/roofline.py {'--tiny' if a.tiny else f'--model {a.model}'} --out {a.out}",
+        **header,
         "cpu": f"{cpu_model()} ({', '.join(sorted(f for f in cpu_flags() if f.startswith(('avx', 'amx'))))})",
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "model": "a tiny random model" if a.tiny else a.model,
-        "params": params,
         "gemm": gemm,
         "bandwidth_gb_s": bw / 1e9,
         "weights_gb": weights / 1e9,
