@@ -11,6 +11,11 @@ sample seeds, so their accuracies (with 95% intervals) and the paired difference
 
     pip install trl==1.16.0   # not a project dependency; its pins agree with requirements/cpu.lock
     python bench/vs_trl.py --steps 5 --out reports/vs_trl.json
+    python bench/vs_trl.py --steps 5 --autocast bf16 --out reports/vs_trl_bf16.json
+
+`--autocast bf16`: both sides train with bf16 autocast of the float32 weights (this project's `model.autocast: bf16`;
+TRL's `bf16=True`, Accelerate's autocast of the model's forward). This project's rollouts stay float32, as its
+`generation.dtype: auto` is on CPUs. Validation is float32 for both.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ def trl_kwargs(args, output_dir: str) -> dict:
         "lr_scheduler_type": "constant",
         "warmup_steps": 0,
         "use_cpu": True,
-        "bf16": False,
+        "bf16": args.autocast == "bf16",
         "gradient_checkpointing": False,
         "logging_steps": 1,
         "report_to": "none",
@@ -92,20 +97,28 @@ def trl_kwargs(args, output_dir: str) -> dict:
     }
 
 
+def a5_compute(args):
+    """This project's compute settings for the comparison: the stage's own resolution of `model.autocast` (`off`:
+    float32, the reference path; `bf16`: autocast, as the default profile's `auto` is on a CPU with AVX512-BF16)."""
+    from a5core.config.sections import GenerationConfig, ModelConfig
+    from a5core.model.compute import Compute
+
+    return Compute.of(ModelConfig(autocast=args.autocast), "cpu", generation=GenerationConfig(batch_size=64))
+
+
 def run_a5(args, out: Path) -> dict:
     """This project's loop (hf backend, the real grader pool); returns seconds per step."""
     from a5core.config import prompts
     from a5core.config.sections import GenerationConfig
     from a5core.generation import make_backend
     from a5core.grader import GraderPool
-    from a5core.model.compute import Compute
     from a5core.model.loading import load_policy
     from a5core.model.microbatch import Cut
     from a5core.rl.grpo import train_grpo
     from a5core.run.history import RunHistory
 
     prompts.STOPS["r1_zero"] = ()  # as TRL: no stop string (see the module docstring)
-    # float32 as TRL's side (bf16=False): Compute(), the reference path, runs no autocast
+    compute = a5_compute(args)  # the precision of TRL's side (its bf16 argument)
     policy, tok = load_policy(args.model, "cpu", "float32")
     backend = make_backend(GenerationConfig(batch_size=64), args.model, policy, tok, seed=0, bf16=False, cut=Cut())
     cfg = a5_config(args)
@@ -123,7 +136,7 @@ def run_a5(args, out: Path) -> dict:
             validate=lambda p, full: _NoEval(),
             history=history,
             initial={"metrics": {"eval/accuracy": 0.0}},
-            compute=Compute(),
+            compute=compute,
         )
         seconds = time.monotonic() - t0
     policy.save_pretrained(out / "model")
@@ -218,6 +231,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--samples", type=int, default=4, help="samples per validation question (avg@k)")
+    parser.add_argument("--autocast", choices=["off", "bf16"], default="off", help="both sides' training precision")
     parser.add_argument("--out", default="reports/vs_trl.json")
     parser.add_argument("--side", choices=["a5", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)

@@ -24,6 +24,13 @@ def test_both_sides_configs_build_and_describe_the_same_work():
     assert a5.train_batch_size == a5.rollout_batch_size and trl["num_iterations"] == 1  # on-policy on both sides
 
 
+@pytest.mark.parametrize("autocast", ["off", "bf16"])
+def test_both_sides_train_in_the_precision_asked(autocast):
+    """`--autocast` reaches both sides: this project's compute record (what `train_grpo` gets) and TRL's `bf16`."""
+    args = vs_trl.parse(["--autocast", autocast])
+    assert vs_trl.a5_compute(args).autocast_on == vs_trl.trl_kwargs(args, "/tmp/unused")["bf16"] == (autocast == "bf16")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed (pip install trl==1.16.0)")
 def test_trl_takes_its_arguments():
     from trl import GRPOConfig
