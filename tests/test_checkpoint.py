@@ -1,6 +1,7 @@
 """Checkpoints load with weights_only (a crafted file cannot run code), an unreadable one is moved aside, and a real
 stage process killed with SIGKILL mid-training resumes to bit-identical weights."""
 
+import contextlib
 import csv
 import hashlib
 import os
@@ -189,7 +190,8 @@ def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_o
     limit or a lost node leaves: outputs in the workspace, no dvc.lock entry). The rerun, after DVC deleted those
     outputs, puts them back from scratch/ (byte for byte; nothing trained) and DVC commits them, unless the code
     changed in between (then it trains); the next stage's start deletes the kept folder, once DVC's cache holds the
-    model's files."""
+    model's files. Then the cache on a filesystem too small for the model: DVC's commit fails (ENOSPC), and once
+    there is room the rerun puts the outputs back, as after the kill."""
     work, _, _ = kill_repo(tmp_path)
     at = partial(subprocess.run, cwd=work, env=repo_env(work), capture_output=True, text=True)
     spec = (work / "dvc.yaml").read_text()
@@ -224,3 +226,29 @@ def test_a_stage_whose_dvc_commit_never_happened_puts_its_outputs_back_instead_o
     assert "sft@8" in (work / "dvc.lock").read_text() and "up to date" in at(["dvc", "status", "sft@8"]).stdout
     ok(at(["dvc", "repro", "--single-item", "--force", "check_params"]))  # any stage's start prunes
     assert not (work / "scratch").exists()
+    # the cache on a full filesystem: DVC's commit of a retrained sft@8 fails for space; with room again, the rerun
+    # puts the outputs back
+    with small_cache(tmp_path / "cache_fs", at) as make_room:
+        r = at(["dvc", "repro", "--single-item", "--force", "sft@8"])
+        assert r.returncode != 0 and "No space left" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+        trained = files()
+        assert trained != made and "sft@8: 8 examples" in r.stdout  # it trained (its run record is its own)
+        make_room()
+        r = at(["dvc", "repro", "--single-item", "sft@8"])
+        ok(r)
+        assert "sft@8: put back the " in r.stdout and "nothing trained" in r.stdout, r.stdout[-3000:]
+        assert files() == trained and "up to date" in at(["dvc", "status", "sft@8"]).stdout
+
+
+@contextlib.contextmanager
+def small_cache(where: Path, at):
+    """DVC's cache moved to a 64 KiB tmpfs at `where` (skips when this machine refuses the mount); yields a function
+    that makes room (remounts it at 1 GiB); unmounted at the end."""
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not permitted here: the full-cache case needs one")
+    try:
+        ok(at(["dvc", "cache", "dir", str(where)]))
+        yield lambda: subprocess.run(["mount", "-o", "remount,size=1g", str(where)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
