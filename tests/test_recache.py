@@ -20,7 +20,7 @@ DVC_YAML = f"""stages:
       - metrics.json:
           cache: false
   use:
-    cmd: {sys.executable} -c "import pathlib as p; p.Path('used.txt').write_text(p.Path('model/w.bin').read_text())"
+    cmd: {sys.executable} -c "import pathlib as p; p.Path('used.txt').write_text('used ' + p.Path('model/w.bin').read_text())"
     deps:
       - model
     outs:

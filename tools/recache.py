@@ -1,15 +1,15 @@
 """Put back into DVC's cache the outputs whose cache objects were lost while the workspace still holds them, so that
 `dvc repro` does not retrain them.
 
-    python -m tools.recache          # what it finds, then `dvc commit -f` of each such stage
+    python -m tools.recache          # what it finds; each intact output stored back into the cache
     python -m tools.recache --dry    # what it finds, nothing written
 
 When an object of DVC's cache is deleted (a cleanup, `dvc gc` run from another branch, a cache moved by hand) while the
 workspace still holds the output, `dvc status` says `not in cache` and `dvc repro` runs the stage again: DVC deletes the
-output first, so a finished training run would train from scratch. A stage is put back only when its command, its
-dependencies and every output but the lost ones are as dvc.lock records them, and each lost output is in the workspace
-with the hash dvc.lock records (that is: the same bytes the stage made). A lost output that is missing or modified in
-the workspace too cannot be put back: its stage is listed, and `dvc repro` (or `dvc pull`, from a remote) is the way.
+output first, so a finished training run would train from scratch. An output is put back only when the workspace holds
+it with the hash dvc.lock records (the bytes the stage made); DVC stores it under the hash of the bytes it reads, and
+dvc.lock is not written, so a file that changes meanwhile can never be recorded in the lost one's place. A lost output
+that is missing or modified in the workspace too is listed, for `dvc repro` (or `dvc pull`, from a remote).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Lost:
-    """A stage with outputs missing from the cache: `intact` when the workspace can give them back, else `why` not."""
+    """A stage's outputs missing from the cache: `intact` when the workspace gave (or can give) them back."""
 
     stage: str
     outs: tuple[str, ...]
@@ -28,41 +28,31 @@ class Lost:
     why: str = ""
 
 
-def _why_not(stage) -> str:
-    """Why `stage`, some of its outputs not in the cache, cannot be committed as it stands, or '' when it can."""
-    if stage.changed_stage():
-        return "its command or definition changed"
-    if stage.changed_deps():
-        return "a dependency changed"
-    for out in stage.outs:
-        status = out.workspace_status()
+def _why_not(outs) -> str:
+    """Why the workspace cannot give back `outs` (DVC outputs not in the cache), or '' when it can."""
+    for out in outs:
+        status = out.workspace_status()  # {} when the workspace file or folder has the hash dvc.lock records
         if status:
             return f"{out} is {next(iter(status.values()))} in the workspace"
     return ""
 
 
-def lost_outputs(repo) -> list[Lost]:
-    """Every stage of `repo` (a `dvc.repo.Repo`, its lock held) with cached outputs whose cache objects are missing."""
-    found = []
-    for stage in repo.index.stages:
-        lost = [out for out in stage.outs if out.use_cache and out.hash_info and out.changed_cache()]
-        if lost:
-            why = _why_not(stage)
-            found.append(Lost(stage.addressing, tuple(str(o) for o in lost), not why, why))
-    return found
-
-
 def recache(root: str = ".", dry: bool = False) -> list[Lost]:
-    """Find the stages whose lost outputs the workspace holds intact and, unless `dry`, commit them back (`dvc commit
-    -f <stage>`: the workspace files are hashed, checked against dvc.lock again, and copied into the cache)."""
-    from dvc.repo import Repo
+    """Every stage with cached outputs whose cache objects are missing; unless `dry`, the intact ones are stored into
+    the cache from the workspace (DVC's own `Output.commit`, without relinking), all under the repository's lock."""
+    from dvc.repo import Repo, lock_repo
 
-    with Repo(root) as repo:
-        with repo.lock:
-            found = lost_outputs(repo)
-        for item in found:
-            if item.intact and not dry:
-                repo.commit(item.stage, force=True)
+    found = []
+    with Repo(root) as repo, lock_repo(repo):
+        for stage in repo.index.stages:
+            lost = [out for out in stage.outs if out.use_cache and out.hash_info and out.changed_cache()]
+            why = _why_not(lost) if lost else ""
+            if lost and not why and not dry:
+                for out in lost:
+                    out.commit(relink=False)
+                why = next((f"{o} changed while it was stored" for o in lost if o.changed_cache()), "")
+            if lost:
+                found.append(Lost(stage.addressing, tuple(str(o) for o in lost), not why, why))
     return found
 
 
