@@ -12,6 +12,7 @@ TRAIN = "import pathlib as p; p.Path('model').mkdir(); p.Path('model/w.bin').wri
     "p.Path('model/cfg.json').write_text('{}'); p.Path('metrics.json').write_text('{}'); "
     "open('runs.log', 'a').write('train\\n')"
 )
+USE = "import pathlib as p; p.Path('used.txt').write_text('used ' + p.Path('model/w.bin').read_text())"
 DVC_YAML = f"""stages:
   train:
     cmd: {sys.executable} -c "{TRAIN}"
@@ -20,7 +21,7 @@ DVC_YAML = f"""stages:
       - metrics.json:
           cache: false
   use:
-    cmd: {sys.executable} -c "import pathlib as p; p.Path('used.txt').write_text('used ' + p.Path('model/w.bin').read_text())"
+    cmd: {sys.executable} -c "{USE}"
     deps:
       - model
     outs:
