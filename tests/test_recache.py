@@ -2,6 +2,7 @@
 holds it intact goes back into the cache, so `dvc repro` trains nothing; a lost output the workspace changed is left
 to `dvc repro`."""
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +39,11 @@ def lose(path: str) -> Path:
     """Delete the cache object of the workspace file `path` (its md5, as DVC's cache names it); returns it."""
     from dvc.repo import Repo
 
+    md5 = hashlib.md5(Path(path).read_bytes()).hexdigest()
     with Repo(".") as repo:
-        obj = Path(repo.cache.local.path)  # .dvc/cache/files/md5
-        md5 = subprocess.run(["md5sum", path], capture_output=True, text=True, check=True).stdout.split()[0]
-    (obj / md5[:2] / md5[2:]).unlink()
-    return obj / md5[:2] / md5[2:]
+        obj = Path(repo.cache.local.path) / md5[:2] / md5[2:]  # .dvc/cache/files/md5/ab/cdef...
+    obj.unlink()
+    return obj
 
 
 def test_an_intact_workspace_output_goes_back_into_the_cache_and_nothing_retrains(tmp_path, monkeypatch, capsys):

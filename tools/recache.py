@@ -20,12 +20,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Lost:
-    """A stage's outputs missing from the cache: `intact` when the workspace gave (or can give) them back."""
+    """A stage's outputs missing from the cache, and `why` the workspace cannot give them back ('' when it can)."""
 
     stage: str
     outs: tuple[str, ...]
-    intact: bool
     why: str = ""
+
+    @property
+    def intact(self) -> bool:
+        return not self.why
 
 
 def _why_not(outs) -> str:
@@ -46,13 +49,14 @@ def recache(root: str = ".", dry: bool = False) -> list[Lost]:
     with Repo(root) as repo, lock_repo(repo):
         for stage in repo.index.stages:
             lost = [out for out in stage.outs if out.use_cache and out.hash_info and out.changed_cache()]
-            why = _why_not(lost) if lost else ""
-            if lost and not why and not dry:
+            if not lost:
+                continue
+            why = _why_not(lost)
+            if not why and not dry:
                 for out in lost:
                     out.commit(relink=False)
                 why = next((f"{o} changed while it was stored" for o in lost if o.changed_cache()), "")
-            if lost:
-                found.append(Lost(stage.addressing, tuple(str(o) for o in lost), not why, why))
+            found.append(Lost(stage.addressing, tuple(str(o) for o in lost), why))
     return found
 
 
